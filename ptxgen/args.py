@@ -1,0 +1,110 @@
+"""Launch-argument types: one object per kernel parameter.
+
+An argument type is the one source of truth for a parameter: it gives the PTX
+signature its ``.param`` type, ``str()`` reads like the seed's Rust ``Args``
+(``*mut f32``, ``i32``), and the launcher packs values from its ``size``,
+``ctype_code`` and range, never from the Python value it is handed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .dtypes import DType, resolve_dtype
+
+__all__ = ["ArgType", "Pointer", "Scalar"]
+
+
+@dataclass(frozen=True)
+class Pointer:
+    """A device pointer to elements of ``dtype``; packed as a 64-bit address.
+
+    ``writes`` says whether the kernel stores through it: a read-only array may be
+    passed only where ``writes`` is False.
+    """
+
+    dtype: DType
+    writes: bool = True
+
+    ptx_type = "u64"
+    size = 8
+    is_pointer = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", resolve_dtype(self.dtype))
+
+    @property
+    def struct_format(self) -> str:
+        return "Q"
+
+    @property
+    def min(self) -> int:
+        return 0
+
+    @property
+    def max(self) -> int:
+        return (1 << 64) - 1
+
+    def __str__(self) -> str:
+        return f"*mut {self.dtype.name}"
+
+
+_SCALARS = {
+    # name: (bits, signed, struct format)
+    "i32": (32, True, "i"),
+    "u32": (32, False, "I"),
+    "i64": (64, True, "q"),
+    "u64": (64, False, "Q"),
+}
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """An integer passed by value.
+
+    ``name`` is the API type (``i32``, as the seed's ``Args`` say); ``ptx_type`` is how
+    the kernel declares and reads it. Where they differ, as for the seed's ``i32``
+    read as ``.u32``, a value must be representable in both: 0 <= v < 2**31.
+    """
+
+    name: str
+    ptx_type: str = ""
+
+    is_pointer = False
+
+    def __post_init__(self) -> None:
+        if self.name not in _SCALARS:
+            raise ValueError(f"unknown scalar type {self.name!r}; accepted: {', '.join(_SCALARS)}")
+        ptx = self.ptx_type or self.name.replace("i", "s")
+        if ptx not in ("s32", "u32", "b32", "s64", "u64", "b64"):
+            raise ValueError(f"unknown PTX parameter type {ptx!r}")
+        if int(ptx[1:]) != _SCALARS[self.name][0]:
+            raise ValueError(f"{self.name} cannot be passed as .{ptx}: sizes differ")
+        object.__setattr__(self, "ptx_type", ptx)
+
+    @property
+    def size(self) -> int:
+        return _SCALARS[self.name][0] // 8
+
+    @property
+    def struct_format(self) -> str:
+        return _SCALARS[self.name][2]
+
+    @property
+    def min(self) -> int:
+        bits, signed, _ = _SCALARS[self.name]
+        api_min = -(1 << (bits - 1)) if signed else 0
+        return max(api_min, 0) if self.ptx_type[0] == "u" else api_min
+
+    @property
+    def max(self) -> int:
+        bits, signed, _ = _SCALARS[self.name]
+        api_max = (1 << (bits - 1)) - 1 if signed else (1 << bits) - 1
+        ptx_max = (1 << (bits - 1)) - 1 if self.ptx_type[0] == "s" else (1 << bits) - 1
+        return min(api_max, ptx_max)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+ArgType = Pointer | Scalar

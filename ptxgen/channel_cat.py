@@ -1,0 +1,304 @@
+"""The channel-wise concatenation kernels: backward (a gather) and forward (a scatter).
+
+Both copy one element per thread. The rows are the ``n_spatial`` positions (every
+index before the concatenated dimension times every index after it), and the
+channels of one input occupy ``chunk_offset .. chunk_offset + chunk_c`` of the
+``c_total`` channels of the concatenation:
+
+    backward:  dx[n * chunk_c + ci] = dy[n * c_total + chunk_offset + ci]
+    forward:   y[n * c_total + chunk_offset + ci] = x[n * chunk_c + ci]
+
+Launch contract (the seed's): ``n_spatial * cdiv(chunk_c, BLOCK_SIZE)`` CTAs of
+``BLOCK_SIZE`` threads; CTA ``pid`` handles row ``pid / tiles`` and channels
+``(pid % tiles) * BLOCK_SIZE + tid``, where ``tiles = cdiv(chunk_c, BLOCK_SIZE)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import ClassVar
+
+from .args import Pointer, Scalar
+from .builder import FEATURE_ISA, SPECIAL_REGS, Addr, Function, Module, Reg
+from .dtypes import DType, resolve_dtype
+from .targets import TARGETS, isa_max, resolve_target
+
+__all__ = ["BLOCK_SIZES", "ChannelCatBackward", "ChannelCatForward", "check_block_size"]
+
+# The block sizes the tests sweep; any multiple of 32 from 32 to 1024 is accepted.
+BLOCK_SIZES = (32, 64, 96, 128, 256, 512, 1024)
+
+
+def check_block_size(block_size: object) -> int:
+    if isinstance(block_size, bool) or not isinstance(block_size, int):
+        raise TypeError(
+            f"block_size must be an int, not {type(block_size).__name__} {block_size!r}; "
+            "accepted: multiples of 32 from 32 to 1024"
+        )
+    if not (32 <= block_size <= 1024) or block_size % 32:
+        raise ValueError(
+            f"block_size {block_size} is not accepted; accepted: multiples of 32 from 32 to 1024"
+        )
+    return block_size
+
+
+def _check_count(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, not {type(value).__name__} {value!r}")
+    if value < 0:
+        raise ValueError(f"{what} must be >= 0, got {value}")
+    return value
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+_SCALAR = Scalar("i32", ptx_type="u32")  # the seed's i32 arguments, read as .u32
+
+
+class _ChannelCat:
+    """What both directions share; subclasses say which side is the wide one."""
+
+    name: ClassVar[str]
+    _formula: ClassVar[str]
+    _args: ClassVar[tuple[tuple[str, str], ...]]  # (name, what it is) for the 5 parameters
+    _gather: ClassVar[bool]  # True: the source has c_total channels per row
+
+    def __init__(
+        self,
+        dtype: object,
+        block_size: int,
+        *,
+        target: str | None = None,
+        inline: bool = False,
+    ) -> None:
+        self._dtype: DType = resolve_dtype(dtype)
+        self._block_size = check_block_size(block_size)
+        self._target = resolve_target(target)
+        if not isinstance(inline, bool):
+            raise TypeError(f"inline must be True or False, not {inline!r}")
+        self._inline = inline
+        src, dst = self._args[0][0], self._args[1][0]
+        self._arg_types = (
+            Pointer(self._dtype, writes=False),
+            Pointer(self._dtype, writes=True),
+            _SCALAR,
+            _SCALAR,
+            _SCALAR,
+        )
+        self._emit(src, dst)
+
+    # --- the Kernel protocol ---------------------------------------------------------
+
+    @property
+    def dtype(self) -> str:
+        return self._dtype.name
+
+    @property
+    def block_size(self) -> int:
+        return self._block_size
+
+    @property
+    def target(self) -> str:
+        return self._target
+
+    @property
+    def inline(self) -> bool:
+        """True when the entry point holds the body itself instead of calling the .func."""
+        return self._inline
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}__{self._dtype.name}__{self._block_size}"
+
+    @property
+    def entry_point_name(self) -> str:
+        return f"{self.name}_entry_point"
+
+    @property
+    def kernel_source(self) -> str:
+        return self._kernel_source
+
+    @property
+    def entry_point_source(self) -> str:
+        return self._entry_point_source
+
+    @property
+    def source(self) -> str:
+        return self._kernel_source + "\n\n" + self._entry_point_source
+
+    @property
+    def content_hash(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()
+
+    @property
+    def ptx_version(self) -> str:
+        return self._ptx_version
+
+    @property
+    def arg_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self._args)
+
+    @property
+    def arg_types(self) -> tuple[Pointer | Scalar, ...]:
+        return self._arg_types
+
+    @property
+    def block(self) -> tuple[int, int, int]:
+        return (self._block_size, 1, 1)
+
+    def grid(self, n_spatial: int, chunk_c: int) -> tuple[int, int, int]:
+        """``(n_spatial * cdiv(chunk_c, block_size), 1, 1)``."""
+        n_spatial = _check_count(n_spatial, "n_spatial")
+        chunk_c = _check_count(chunk_c, "chunk_c")
+        return (n_spatial * _cdiv(chunk_c, self._block_size), 1, 1)
+
+    def __repr__(self) -> str:
+        extra = ", inline=True" if self._inline else ""
+        return (
+            f"{type(self).__name__}({self._dtype.name!r}, {self._block_size}, target={self._target!r}{extra})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.source == self.source  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.content_hash))
+
+    # --- emission --------------------------------------------------------------------
+
+    def _emit(self, src: str, dst: str) -> None:
+        body = Function(self.name, kind="func", visible=False)
+        params = {name: body.reg_param(name, t.ptx_type) for (name, _), t in zip(self._args, self._arg_types)}
+        self._emit_copy(body, params, src, dst)
+
+        entry = Function(self.entry_point_name, kind="entry")
+        for (name, what), t in zip(self._args, self._arg_types):
+            entry.param(name, t.ptx_type, comment=f"{t}: {what}")
+        entry.directive(f".reqntid {self._block_size}, 1, 1", feature=".reqntid")
+        regs = {p.name: entry.reg(p.name, p.type) for p in entry.params}
+        entry.banner("read the launch arguments")
+        for p in entry.params:
+            entry.inst(f"ld.param.{p.type}", regs[p.name], Addr(p))
+        if self._inline:
+            self._emit_copy(entry, regs, src, dst)
+        else:
+            entry.banner("one element per thread: the kernel body does the work")
+            entry.call(body, [regs[name] for name, _ in self._args])
+            entry.inst("ret")
+
+        features = body.features | entry.features
+        self._ptx_version = isa_max(TARGETS[self._target], *(FEATURE_ISA[f] for f in features))
+        bs = self._block_size
+        module = Module(
+            target=self._target,
+            version=self._ptx_version,
+            comment=[
+                f"{self.name}: dtype {self._dtype.name}, BLOCK_SIZE {bs}, for {self._target} and newer.",
+                "Written by ptxgen; regenerate rather than edit.",
+                "",
+                *self._formula.splitlines(),
+                "for every row n < n_spatial and channel ci < chunk_c.",
+                "",
+                f"Launch: grid (n_spatial * cdiv(chunk_c, {bs}), 1, 1), block ({bs}, 1, 1).",
+            ],
+        )
+        self._kernel_source = module.header() + "\n" + body.render()
+        self._entry_point_source = entry.render()
+
+    def _emit_copy(self, fn: Function, p: dict[str, Reg], src: str, dst: str) -> None:
+        """The body: find this thread's (n, ci), compute both addresses, copy one element."""
+        bs, dt = self._block_size, self._dtype
+        pid, thread = fn.reg("pid", "u32"), fn.reg("thread", "u32")
+        chunk_c_up, tiles = fn.reg("chunk_c_up", "u32"), fn.reg("tiles", "u32")
+        n, row_first_pid = fn.reg("n", "u32"), fn.reg("row_first_pid", "u32")
+        tile, ci = fn.reg("tile", "u32"), fn.reg("ci", "u32")
+        channel = fn.reg("channel", "u32")
+        past_end = fn.reg("past_end", "pred")
+        ci_wide, channel_wide = fn.reg("ci_wide", "u64"), fn.reg("channel_wide", "u64")
+        src_index, dst_index = fn.reg(f"{src}_index", "u64"), fn.reg(f"{dst}_index", "u64")
+        src_addr, dst_addr = fn.reg(f"{src}_addr", "u64"), fn.reg(f"{dst}_addr", "u64")
+        value = fn.reg("value", dt.reg_type)
+        done = fn.label("done")
+
+        fn.banner("which row (n) and which channel (ci) this thread owns")
+        fn.inst("mov.u32", pid, SPECIAL_REGS["ctaid.x"], comment="one CTA per (row, tile of channels)")
+        fn.inst("mov.u32", thread, SPECIAL_REGS["tid.x"], comment="this thread's place in the CTA")
+        fn.inst("add.u32", chunk_c_up, p["chunk_c"], bs - 1, comment=f"tiles = cdiv(chunk_c, {bs})")
+        fn.inst("div.u32", tiles, chunk_c_up, bs)
+        fn.inst("div.u32", n, pid, tiles, comment="n = pid / tiles")
+        fn.inst("mul.lo.u32", row_first_pid, n, tiles)
+        fn.inst("sub.u32", tile, pid, row_first_pid, comment="tile = pid % tiles")
+        fn.inst("mad.lo.u32", ci, tile, bs, thread, comment=f"ci = tile * {bs} + tid")
+
+        fn.banner("threads past the end of the row have nothing to do")
+        fn.inst("setp.ge.u32", past_end, ci, p["chunk_c"], comment="only the last tile of a row")
+        fn.inst("bra", done, guard=past_end)
+
+        fn.banner("element indices in 64 bits: n * c_total can pass 2**31 elements")
+        fn.inst("cvt.u64.u32", ci_wide, ci)
+        fn.inst("add.u32", channel, p["chunk_offset"], ci, comment="< c_total, so it fits 32 bits")
+        fn.inst("cvt.u64.u32", channel_wide, channel)
+        wide_index, narrow_index = (src_index, dst_index) if self._gather else (dst_index, src_index)
+        fn.inst(
+            "mad.wide.u32",
+            wide_index,
+            n,
+            p["c_total"],
+            channel_wide,
+            comment="n * c_total + chunk_offset + ci",
+        )
+        fn.inst("mad.wide.u32", narrow_index, n, p["chunk_c"], ci_wide, comment="n * chunk_c + ci")
+
+        size = dt.itemsize
+        fn.banner(f"byte addresses: base + index * {size} ({dt.name} is {size} byte{'s' * (size > 1)})")
+        for name, index, addr in ((src, src_index, src_addr), (dst, dst_index, dst_addr)):
+            if size == 1:
+                fn.inst("add.u64", addr, p[name], index, comment=f"&{name}[{name}_index]")
+            else:
+                fn.inst("mad.lo.u64", addr, index, size, p[name], comment=f"&{name}[{name}_index]")
+
+        fn.banner(f"copy one element; {src} is only read, so it may use the non-coherent path")
+        fn.inst(f"ld.global.nc.{dt.mem_type}", value, Addr(src_addr))
+        fn.inst(f"st.global.{dt.mem_type}", Addr(dst_addr), value)
+        fn.place(done)
+        fn.inst("ret")
+
+
+class ChannelCatBackward(_ChannelCat):
+    """Gathers one input's gradient from the upstream gradient of a concatenation.
+
+    ``dx[n * chunk_c + ci] = dy[n * c_total + chunk_offset + ci]``. Arguments:
+    ``(dy, dx, chunk_c, c_total, chunk_offset)``, typed ``(*mut D, *mut D, i32, i32, i32)``.
+    """
+
+    name = "channel_cat_backward"
+    _formula = "dx[n * chunk_c + ci] = dy[n * c_total + chunk_offset + ci]"
+    _args = (
+        ("dy", "upstream gradient, n_spatial rows of c_total channels"),
+        ("dx", "this input's gradient, n_spatial rows of chunk_c channels"),
+        ("chunk_c", "channels of this input"),
+        ("c_total", "channels of the concatenation"),
+        ("chunk_offset", "first channel of this input in the concatenation"),
+    )
+    _gather = True
+
+
+class ChannelCatForward(_ChannelCat):
+    """Scatters one input into its channels of a concatenation.
+
+    ``y[n * c_total + chunk_offset + ci] = x[n * chunk_c + ci]``. Arguments:
+    ``(x, y, chunk_c, c_total, chunk_offset)``, typed ``(*mut D, *mut D, i32, i32, i32)``.
+    """
+
+    name = "channel_cat_forward"
+    _formula = "y[n * c_total + chunk_offset + ci] = x[n * chunk_c + ci]"
+    _args = (
+        ("x", "this input, n_spatial rows of chunk_c channels"),
+        ("y", "the concatenation, n_spatial rows of c_total channels"),
+        ("chunk_c", "channels of this input"),
+        ("c_total", "channels of the concatenation"),
+        ("chunk_offset", "first channel of this input in the concatenation"),
+    )
+    _gather = False

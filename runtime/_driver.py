@@ -1,0 +1,105 @@
+"""Loading the CUDA driver lazily and checking every call.
+
+Importing :mod:`runtime` touches nothing; the first call that needs the driver
+loads ``cuda.bindings.driver`` and runs ``cuInit``. Every driver call goes through
+:func:`check`, which unpacks cuda-bindings' ``(err, *values)`` tuples the way
+cuda.core's ``handle_return`` does and raises :class:`CudaError` on failure.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+from types import ModuleType
+from typing import Any
+
+from .errors import CudaError, CudaUnavailable
+
+_lock = threading.Lock()
+_driver: ModuleType | None = None
+_failure: CudaUnavailable | None = None
+
+_LIBCUDA = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
+
+
+def _load() -> ModuleType:
+    try:
+        ctypes.CDLL(_LIBCUDA)
+    except OSError as err:
+        reason = str(err).split(":")[-1].strip() or "not found"
+        raise CudaUnavailable(
+            f"no NVIDIA driver found ({_LIBCUDA}: {reason}); this machine cannot run CUDA kernels"
+        ) from None
+    try:
+        from cuda.bindings import driver
+    except ImportError as err:
+        raise CudaUnavailable(
+            f"cuda-bindings is not importable ({err}); install it with: pip install cuda-bindings"
+        ) from None
+    try:
+        (err,) = driver.cuInit(0)
+    except Exception as exc:  # cuda.pathfinder raises its own errors when libcuda is odd
+        raise CudaUnavailable(f"the CUDA driver could not be loaded: {exc}") from None
+    if err:
+        name, text = error_strings(driver, err)
+        if int(err) == int(driver.CUresult.CUDA_ERROR_NO_DEVICE):
+            raise CudaUnavailable(f"no CUDA GPU found (cuInit: {name}): {text}", "cuInit", int(err), name)
+        raise CudaUnavailable(
+            f"the CUDA driver did not start (cuInit: {name}): {text}", "cuInit", int(err), name
+        )
+    return driver
+
+
+def driver() -> ModuleType:
+    """``cuda.bindings.driver``, initialised; raises :class:`CudaUnavailable` if it cannot be."""
+    global _driver, _failure
+    if _driver is not None:
+        return _driver
+    with _lock:
+        if _driver is None:
+            if _failure is not None:
+                raise _failure
+            try:
+                _driver = _load()
+            except CudaUnavailable as err:
+                _failure = err
+                raise
+    return _driver
+
+
+def error_strings(drv: ModuleType, err: Any) -> tuple[str, str]:
+    """``cuGetErrorName`` and ``cuGetErrorString`` of ``err``, never raising."""
+    try:
+        e1, name = drv.cuGetErrorName(err)
+        e2, text = drv.cuGetErrorString(err)
+    except Exception:
+        return f"CUresult {int(err)}", "unknown error"
+    name = name.decode() if not e1 and name else f"CUresult {int(err)}"
+    text = text.decode() if not e2 and text else "unknown error"
+    return name, text
+
+
+def raise_error(call: str, err: Any) -> None:
+    drv = driver()
+    name, text = error_strings(drv, err)
+    raise CudaError(call, int(err), name, text)
+
+
+def check(call: str, result: tuple) -> Any:
+    """Unpack ``(err, *values)``: raise on error, else return the value(s).
+
+    One value comes back bare, several as a tuple, none as ``None``.
+    """
+    err = result[0]
+    if err:  # CUresult is an int enum; CUDA_SUCCESS is 0
+        raise_error(call, err)
+    if len(result) == 2:
+        return result[1]
+    return result[1:] if len(result) > 2 else None
+
+
+def call(name: str, *args: Any) -> Any:
+    """Call the driver function ``name`` with ``args`` and :func:`check` it."""
+    drv = driver()
+    return check(name, getattr(drv, name)(*args))

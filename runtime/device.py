@@ -1,0 +1,239 @@
+"""A GPU and its primary context."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+from ptxgen.dtypes import resolve_dtype
+from ptxgen.kernel import Kernel
+from ptxgen.targets import min_cuda_for_isa, newest_isa_for_cuda, target_capability
+
+from ._driver import check, driver
+from .memory import DeviceArray
+
+__all__ = ["Device"]
+
+_instances: dict[int, Device] = {}
+_instances_lock = threading.Lock()
+
+_KERNEL_MEMBERS = (
+    "name", "id", "block_size", "kernel_source", "entry_point_source", "source",
+    "entry_point_name", "content_hash", "target", "ptx_version", "arg_names",
+    "arg_types", "block", "grid",
+)  # fmt: skip
+
+
+class Device:
+    """One GPU. ``Device(0)`` retains its primary context once; ``Device(0)`` again
+    returns the same object until it is closed.
+
+    Any thread may use it: every call makes the context current on the calling
+    thread first. :meth:`close` frees what it allocated, unloads its modules and
+    releases the context.
+    """
+
+    ordinal: int
+
+    def __new__(cls, ordinal: int = 0) -> Device:
+        if isinstance(ordinal, bool) or not isinstance(ordinal, int):
+            raise TypeError(f"device ordinal must be an int, not {type(ordinal).__name__} {ordinal!r}")
+        drv = driver()
+        count = check("cuDeviceGetCount", drv.cuDeviceGetCount())
+        if not 0 <= ordinal < count:
+            raise ValueError(
+                f"no CUDA device {ordinal}: this machine has {count} GPU{'s' * (count != 1)}"
+                f" (valid ordinals: {', '.join(map(str, range(count)))})"
+            )
+        with _instances_lock:
+            existing = _instances.get(ordinal)
+            if existing is not None and existing._state == "open":
+                return existing
+            self = super().__new__(cls)
+            self._open(ordinal)
+            _instances[ordinal] = self
+            return self
+
+    def __init__(self, ordinal: int = 0) -> None:
+        pass  # all set up in __new__, which may hand back an open instance
+
+    def _open(self, ordinal: int) -> None:
+        drv = driver()
+        self.ordinal = ordinal
+        self._device = check("cuDeviceGet", drv.cuDeviceGet(ordinal))
+        self._ctx = check("cuDevicePrimaryCtxRetain", drv.cuDevicePrimaryCtxRetain(self._device))
+        self._ctx_int = int(self._ctx)
+        self._state = "open"
+        self._lock = threading.RLock()
+        self._modules: dict[str, Any] = {}
+        self._resources: weakref.WeakSet[Any] = weakref.WeakSet()
+        attr = drv.CUdevice_attribute
+
+        def get(a: Any) -> int:
+            return int(check("cuDeviceGetAttribute", drv.cuDeviceGetAttribute(a, self._device)))
+
+        self.compute_capability = (
+            get(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+            get(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
+        )
+        self.name = check("cuDeviceGetName", drv.cuDeviceGetName(256, self._device))
+        self.name = self.name.split(b"\0", 1)[0].decode()
+        self.total_memory = int(check("cuDeviceTotalMem", drv.cuDeviceTotalMem(self._device)))
+        version = int(check("cuDriverGetVersion", drv.cuDriverGetVersion()))
+        self.driver_version = (version // 1000, version % 1000 // 10)
+        self.multiprocessor_count = get(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        self.max_threads_per_block = get(attr.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+        self.max_block = (
+            get(attr.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X),
+            get(attr.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y),
+            get(attr.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z),
+        )
+        self.max_grid = (
+            get(attr.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X),
+            get(attr.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y),
+            get(attr.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z),
+        )
+        self.max_shared_memory_per_block = get(attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+
+    # --- properties -------------------------------------------------------------------
+
+    @property
+    def arch(self) -> str:
+        """``'sm_90'`` for compute capability 9.0."""
+        major, minor = self.compute_capability
+        return f"sm_{major}{minor}"
+
+    @property
+    def closed(self) -> bool:
+        return self._state == "closed"
+
+    def __repr__(self) -> str:
+        state = " closed" if self.closed else ""
+        return f"<runtime.Device {self.ordinal}: {self.name} ({self.arch}){state}>"
+
+    # --- context ----------------------------------------------------------------------
+
+    def _activate(self) -> None:
+        """Make this device's primary context current on the calling thread."""
+        if self._state == "closed":
+            raise ValueError(f"Device {self.ordinal} is closed")
+        drv = driver()
+        current = check("cuCtxGetCurrent", drv.cuCtxGetCurrent())
+        if int(current) != self._ctx_int:
+            check("cuCtxSetCurrent", drv.cuCtxSetCurrent(self._ctx))
+
+    def _closing_or_open(self) -> bool:
+        return self._state != "closed"
+
+    def _track(self, resource: Any) -> None:
+        self._resources.add(resource)
+
+    def synchronize(self) -> None:
+        """Wait until all work on this device has finished."""
+        self._activate()
+        check("cuCtxSynchronize", driver().cuCtxSynchronize())
+
+    def memory_info(self) -> tuple[int, int]:
+        """``(free, total)`` bytes of device memory."""
+        self._activate()
+        free, total = check("cuMemGetInfo", driver().cuMemGetInfo())
+        return int(free), int(total)
+
+    # --- memory -----------------------------------------------------------------------
+
+    def empty(self, shape: Any, dtype: Any) -> DeviceArray:
+        """Uninitialised device memory for ``shape`` elements of ``dtype``."""
+        return DeviceArray(self, shape, dtype)
+
+    def to_device(self, array: Any, dtype: Any = None) -> DeviceArray:
+        """Copy a numpy array to the device.
+
+        ``dtype`` defaults to the array's own; give it to reinterpret bits of the same
+        width, e.g. ``to_device(bits_u16, dtype="bf16")``.
+        """
+        import numpy as np
+
+        host = np.ascontiguousarray(array)
+        target = resolve_dtype(host.dtype if dtype is None else dtype)
+        if host.dtype.itemsize != target.itemsize:
+            raise ValueError(
+                f"cannot store {host.dtype} ({host.dtype.itemsize} bytes) as {target.name} "
+                f"({target.itemsize} bytes)"
+            )
+        out = DeviceArray(self, host.shape, target)
+        return out.copy_from_host(host)
+
+    # --- modules ----------------------------------------------------------------------
+
+    def load(self, kernel: Kernel) -> Any:
+        """Load ``kernel``'s PTX (cached by content hash) and return its :class:`Module`."""
+        from .module import load_module
+
+        if not isinstance(kernel, Kernel):
+            missing = [m for m in _KERNEL_MEMBERS if not hasattr(kernel, m)]
+            raise TypeError(f"{type(kernel).__name__} is not a ptxgen.Kernel (missing: {', '.join(missing)})")
+        self._check_compatible(kernel)
+        with self._lock:
+            module = self._modules.get(kernel.content_hash)
+            if module is not None and not module.closed:
+                return module
+            module = load_module(self, kernel)
+            self._modules[kernel.content_hash] = module
+            return module
+
+    def _forget_module(self, module: Any) -> None:
+        with self._lock:
+            if self._modules.get(module.kernel.content_hash) is module:
+                del self._modules[module.kernel.content_hash]
+
+    def _check_compatible(self, kernel: Kernel) -> None:
+        """Refuse, before the driver sees it, a kernel this GPU or driver cannot run."""
+        try:
+            wanted = target_capability(kernel.target)
+        except ValueError:
+            raise ValueError(
+                f"kernel {kernel.id}: cannot read a compute capability from target {kernel.target!r}"
+            ) from None
+        have = self.compute_capability
+        suffix = kernel.target[-1] if kernel.target[-1] in "af" else ""
+        if wanted > have or (suffix == "a" and wanted != have) or (suffix == "f" and wanted[0] != have[0]):
+            raise ValueError(
+                f"kernel {kernel.id} targets {kernel.target}, which {self.name} ({self.arch}) "
+                f"cannot run; emit it for {self.arch} or an older target (the default sm_75 runs everywhere)"
+            )
+        needed = min_cuda_for_isa(kernel.ptx_version)
+        if needed is not None and needed > self.driver_version:
+            supported = newest_isa_for_cuda(self.driver_version)
+            raise ValueError(
+                f"kernel {kernel.id} is PTX ISA {kernel.ptx_version}, which needs a CUDA "
+                f"{needed[0]}.{needed[1]} driver or newer; this driver supports CUDA "
+                f"{self.driver_version[0]}.{self.driver_version[1]} (PTX ISA up to {supported})"
+            )
+
+    # --- lifetime ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Free this device's arrays, streams and events, unload its modules and release
+        the primary context. Idempotent."""
+        with _instances_lock, self._lock:
+            if self._state != "open":
+                return
+            self._state = "closing"
+            try:
+                for resource in list(self._resources):
+                    resource.close()
+                for module in list(self._modules.values()):
+                    module.close()
+                self._modules.clear()
+            finally:
+                self._state = "closed"
+                if _instances.get(self.ordinal) is self:
+                    del _instances[self.ordinal]
+                check("cuDevicePrimaryCtxRelease", driver().cuDevicePrimaryCtxRelease(self._device))
+
+    def __enter__(self) -> Device:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

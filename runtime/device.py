@@ -174,18 +174,29 @@ class Device:
             missing = [m for m in _KERNEL_MEMBERS if not hasattr(kernel, m)]
             raise TypeError(f"{type(kernel).__name__} is not a ptxgen.Kernel (missing: {', '.join(missing)})")
         self._check_compatible(kernel)
+        # The PTX decides what is loaded; the typing decides how it is launched. Two kernel
+        # objects with the same source and the same typing share one module.
+        key = (
+            kernel.content_hash,
+            kernel.entry_point_name,
+            tuple(kernel.arg_types),
+            tuple(kernel.arg_names),
+            tuple(kernel.block),
+        )
         with self._lock:
-            module = self._modules.get(kernel.content_hash)
+            module = self._modules.get(key)
             if module is not None and not module.closed:
                 return module
             module = load_module(self, kernel)
-            self._modules[kernel.content_hash] = module
+            module._cache_key = key
+            self._modules[key] = module
             return module
 
     def _forget_module(self, module: Any) -> None:
         with self._lock:
-            if self._modules.get(module.kernel.content_hash) is module:
-                del self._modules[module.kernel.content_hash]
+            key = getattr(module, "_cache_key", None)
+            if self._modules.get(key) is module:
+                del self._modules[key]
 
     def _check_compatible(self, kernel: Kernel) -> None:
         """Refuse, before the driver sees it, a kernel this GPU or driver cannot run."""

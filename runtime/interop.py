@@ -164,7 +164,7 @@ def describe(value: Any, stream: int = 0) -> ArrayInfo:
         return _from_dlpack(value, stream)
     if hasattr(value, "__array_interface__") or hasattr(value, "__array__"):
         raise TypeError(
-            f"{type(value).__name__} is a host (CPU) array; a kernel needs device memory "
+            f"{type(value).__name__} lives in host (CPU) memory; a kernel needs device memory "
             "(copy it with Device.to_device)"
         )
     raise TypeError(

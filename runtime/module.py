@@ -192,13 +192,16 @@ class Function:
                 raise ValueError(f"{name}: {len(names)} arg_names for {len(self.arg_types)} arg_types")
             self.arg_names: tuple[str, ...] = names
             self._check_params_against_driver(drv)
-            # One slot per parameter, and the void** that cuLaunchKernel reads, built once.
-            self._slots = [_CTYPES[t.struct_format]() for t in self.arg_types]
-            self._params = (ctypes.c_void_p * max(len(self._slots), 1))(
-                *[ctypes.addressof(s) for s in self._slots]
-            )
-            self._params_address = ctypes.addressof(self._params)
-            self._limits = [(t.min, t.max) for t in self.arg_types]
+            self._prepare_slots()
+
+    def _prepare_slots(self) -> None:
+        """One C slot per parameter, and the ``void**`` that cuLaunchKernel reads: built once."""
+        self._slots = [_CTYPES[t.struct_format]() for t in self.arg_types]
+        self._params = (ctypes.c_void_p * max(len(self._slots), 1))(
+            *[ctypes.addressof(s) for s in self._slots]
+        )
+        self._params_address = ctypes.addressof(self._params)
+        self._limits = [(t.min, t.max) for t in self.arg_types]
         self._launch_lock = threading.Lock()
 
     def _check_params_against_driver(self, drv: Any) -> None:
@@ -362,28 +365,32 @@ class Function:
             )
         g, b, shared = self._check_geometry(grid, block, shared_mem)
         handle = stream_handle(stream)
-        ordered = self._ordered(args)
-        values = [
-            self._pointer(i, t, v, handle) if t.is_pointer else self._scalar(i, t, v)
-            for i, (t, v) in enumerate(zip(self.arg_types, ordered))
-        ]
+        values = self.pack_args(args, handle)
         self.device._activate()
         drv = driver()
         with self._launch_lock:  # the slots are shared; the driver copies them at launch
-            for slot, value in zip(self._slots, values):
-                slot.value = value
+            self._fill_slots(values)
             (err,) = drv.cuLaunchKernel(
-                self._handle,
-                g[0],
-                g[1],
-                g[2],
-                b[0],
-                b[1],
-                b[2],
-                shared,
-                handle,
-                self._params_address,
-                0,
+                self._handle, g[0], g[1], g[2], b[0], b[1], b[2], shared, handle, self._params_address, 0
             )
         if err:
             raise_error(f"cuLaunchKernel({self.name})", err)
+
+    def pack_args(self, args: Sequence[Any] | Mapping[str, Any], stream: int = 0) -> list[int]:
+        """Check ``args`` against ``arg_types`` and return the integer each slot will hold.
+
+        Pointer parameters take a DeviceArray, an object with ``__cuda_array_interface__``
+        or ``__dlpack__``, or an int address; integer parameters take ints in range.
+        Nothing is launched or written.
+        """
+        if self.arg_types is None:
+            raise TypeError(f"{self.name} has no argument types")
+        ordered = self._ordered(args)
+        return [
+            self._pointer(i, t, v, stream) if t.is_pointer else self._scalar(i, t, v)
+            for i, (t, v) in enumerate(zip(self.arg_types, ordered))
+        ]
+
+    def _fill_slots(self, values: list[int]) -> None:
+        for slot, value in zip(self._slots, values):
+            slot.value = value

@@ -74,8 +74,7 @@ def environment() -> dict[str, object]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tree-hash", action="store_true", help="print the tree hash and exit")
-    p.add_argument("pytest_args", nargs="*", help="extra arguments for pytest")
-    args = p.parse_args(argv)
+    args, pytest_args = p.parse_known_args(argv)  # anything else goes to pytest
     if args.tree_hash:
         print(tree_hash())
         return 0
@@ -92,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                 "gpu",
                 "-q",
                 f"--junitxml={report}",
-                *args.pytest_args,
+                *pytest_args,
             ],
             cwd=ROOT,
             check=False,

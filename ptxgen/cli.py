@@ -26,7 +26,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", default="f32", help=f"element type (default f32): {', '.join(DTYPES)}")
     parser.add_argument("--block-size", type=int, default=128, help="threads per CTA (default 128)")
     parser.add_argument("--target", default=None, help=f"sm_XX (default {DEFAULT_TARGET})")
-    parser.add_argument("--inline", action="store_true", help="put the body in the entry point")
+    parser.add_argument(
+        "--call",
+        action="store_true",
+        help="make the entry point call the .func body instead of holding it inline",
+    )
     parser.add_argument("-o", "--output", type=Path, help="write the PTX to this file")
     parser.add_argument(
         "--check",
@@ -63,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        kernel = cls(args.dtype, args.block_size, target=args.target, inline=args.inline)
+        kernel = cls(args.dtype, args.block_size, target=args.target, inline=not args.call)
     except (TypeError, ValueError) as err:
         print(f"ptxgen: error: {err}", file=sys.stderr)
         return 2

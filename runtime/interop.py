@@ -159,7 +159,11 @@ def describe(value: Any, stream: int = 0) -> ArrayInfo:
         if not hasattr(value, "__dlpack__"):
             raise
     if cai is not None:
-        return _from_cai(cai)
+        info = _from_cai(cai)
+        if info.dtype is None and hasattr(value, "__dlpack__"):
+            # CAI cannot spell bf16 or fp8 (torch writes "<V2"); DLPack can.
+            return _from_dlpack(value, stream)
+        return info
     if hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__"):
         return _from_dlpack(value, stream)
     if hasattr(value, "__array_interface__") or hasattr(value, "__array__"):

@@ -33,16 +33,16 @@ FILL_PTX = """\
 // out[i] = value for i < n
 .visible .entry fill_entry_point(.param .u64 out, .param .u32 n, .param .u32 value)
 {
-    .reg .u32 %i, %n, %value, %ctaid, %ntid, %tid;
+    .reg .u32 %i, %n, %value, %block_id, %block_dim, %thread;
     .reg .u64 %out, %addr;
     .reg .pred %past;
     ld.param.u64 %out, [out];
     ld.param.u32 %n, [n];
     ld.param.u32 %value, [value];
-    mov.u32 %ctaid, %ctaid.x;
-    mov.u32 %ntid, %ntid.x;
-    mov.u32 %tid, %tid.x;
-    mad.lo.u32 %i, %ctaid, %ntid, %tid;
+    mov.u32 %block_id, %ctaid.x;
+    mov.u32 %block_dim, %ntid.x;
+    mov.u32 %thread, %tid.x;
+    mad.lo.u32 %i, %block_id, %block_dim, %thread;
     setp.ge.u32 %past, %i, %n;
     @%past bra DONE;
     mad.wide.u32 %addr, %i, 4, %out;

@@ -40,6 +40,11 @@ def test_writes_a_file_with_target(tmp_path):
     assert path.read_text() == ptxgen.ChannelCatForward("bf16", 64, target="sm_90").source
 
 
+def test_call_variant():
+    out = run("channel_cat_backward", "--call")
+    assert out.returncode == 0 and out.stdout == ptxgen.ChannelCatBackward("f32", 128, inline=False).source
+
+
 def test_list():
     out = run("list")
     assert out.returncode == 0

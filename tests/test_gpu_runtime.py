@@ -39,7 +39,7 @@ def test_modules_are_cached_by_content_hash(dev):
     b = dev.load(ptxgen.ChannelCatBackward("f32", 128))
     assert a is b and a.function is b.function
     assert dev.load(ptxgen.ChannelCatBackward("f32", 128, inline=True)) is not a
-    assert a.function.num_regs > 0 and a.function.max_threads_per_block == 128  # .reqntid
+    assert 0 < a.function.num_regs <= 32 and a.function.max_threads_per_block >= 128
 
 
 def test_hand_written_kernel_loads_and_runs(dev):

@@ -46,26 +46,30 @@ def test_forward_attributes():
     assert not k.arg_types[0].writes and k.arg_types[1].writes
 
 
+@pytest.mark.parametrize("inline", [True, False])
 @pytest.mark.parametrize("cls", KINDS)
-def test_source_layout(cls):
-    k = cls("f16", 64)
+def test_source_layout(cls, inline):
+    k = cls("f16", 64, inline=inline)
     # kernel_source: the module header and the body as a .func; entry_point_source: the .entry
     assert k.kernel_source.lstrip("/ \n").startswith(k.name)
     assert ".version 6.3\n.target sm_75\n.address_size 64" in k.kernel_source
     assert f".func {k.name}(" in k.kernel_source and ".entry" not in k.kernel_source
     assert k.entry_point_source.startswith(f".visible .entry {k.entry_point_name}(")
-    assert re.search(rf"call\.uni +{k.name}, \(%", k.entry_point_source)
     assert ".reqntid 64, 1, 1" in k.entry_point_source
     for name, t in zip(k.arg_names, k.arg_types):
         assert f".param .{t.ptx_type} {name}" in k.entry_point_source
+    called = re.search(rf"call\.uni +{k.name}, \(%", k.entry_point_source) is not None
+    assert called is not inline
+    assert ("ld.global.nc.b16" in k.entry_point_source) is inline
 
 
-def test_inline_variant_holds_the_body_in_the_entry():
-    call, inline = ptxgen.ChannelCatBackward("f32", 128), ptxgen.ChannelCatBackward("f32", 128, inline=True)
+def test_inline_is_the_default_and_the_call_variant_differs_only_in_the_entry():
+    inline, call = ptxgen.ChannelCatBackward("f32", 128), ptxgen.ChannelCatBackward("f32", 128, inline=False)
+    assert inline.inline and not call.inline
     assert "call.uni" not in inline.entry_point_source
-    assert "ld.global.nc.f32" in inline.entry_point_source
-    assert inline.kernel_source == call.kernel_source
+    assert inline.kernel_source.split(".version")[1] == call.kernel_source.split(".version")[1]
     assert inline.id == call.id and inline.content_hash != call.content_hash
+    assert repr(call) == "ChannelCatBackward('f32', 128, target='sm_75', inline=False)"
 
 
 def test_the_ptx_reads_like_a_lesson():

@@ -10,6 +10,7 @@ writes them into the slots and calls ``cuLaunchKernel``; it never synchronizes.
 from __future__ import annotations
 
 import ctypes
+import functools
 import operator
 import threading
 from collections.abc import Mapping, Sequence
@@ -23,7 +24,7 @@ from ._driver import check, driver, error_strings, raise_error
 from .errors import PtxLoadError
 from .interop import describe
 from .memory import DeviceArray
-from .stream import stream_handle
+from .stream import Stream, stream_handle
 
 if TYPE_CHECKING:
     from .device import Device
@@ -137,7 +138,21 @@ class Module:
         return f"<runtime.Module {self.kernel.id}{' closed' if self.closed else ''}>"
 
 
+def _param_count(drv: Any, handle: Any) -> int | None:
+    """cuFuncGetParamCount where bindings and driver have it (CUDA 13), else None."""
+    get_count = getattr(drv, "cuFuncGetParamCount", None)
+    if get_count is None:
+        return None
+    try:
+        err, count = get_count(handle)
+    except Exception:  # bindings newer than the driver: the symbol is missing
+        return None
+    return None if err else int(count)
+
+
 def _dim3(value: Any, what: str) -> tuple[int, int, int]:
+    if value.__class__ is tuple and len(value) == 3 and all(d.__class__ is int for d in value):
+        return value  # the common case, already in shape
     dims = (value,) if isinstance(value, int) else value
     try:
         dims = tuple(dims)
@@ -169,6 +184,7 @@ class Function:
         if err:
             raise_error(f"cuModuleGetFunction({name!r}) in module {module.kernel.id}", err)
         self._handle = handle
+        self._default_stream = drv.CUstream(0)
         attribute = drv.CUfunction_attribute
         self.max_threads_per_block = int(
             check(
@@ -202,30 +218,41 @@ class Function:
         )
         self._params_address = ctypes.addressof(self._params)
         self._limits = [(t.min, t.max) for t in self.arg_types]
+        # One checker per parameter, chosen from its declared type, never from a value.
+        self._packers = [
+            functools.partial(self._pointer if t.is_pointer else self._scalar, i, t)
+            for i, t in enumerate(self.arg_types)
+        ]
         self._launch_lock = threading.Lock()
 
     def _check_params_against_driver(self, drv: Any) -> None:
-        """Compare arg_types with the parameter sizes the loaded PTX declares."""
+        """Compare arg_types with the parameters the loaded PTX declares.
+
+        Asks for the count first, so no query goes past the last parameter: a failing
+        driver call would be noise under compute-sanitizer.
+        """
+        count = _param_count(drv, self._handle)
+        declared = len(self.arg_types or ())
+        if count is not None and count != declared:
+            raise TypeError(f"{self.name}: the PTX declares {count} parameters, arg_types lists {declared}")
         get_info = getattr(drv, "cuFuncGetParamInfo", None)
         if get_info is None:  # drivers before CUDA 12.4 cannot tell
             return
         for index, t in enumerate(self.arg_types or ()):
             err, _offset, size = get_info(self._handle, index)
             if err:
-                raise TypeError(
-                    f"{self.name}: arg_types list {len(self.arg_types)} parameters, "
-                    f"but the PTX declares only {index}"
-                )
+                raise TypeError(f"{self.name}: arg_types lists {declared} parameters, the PTX fewer")
             if int(size) != t.size:
                 raise TypeError(
                     f"{self.name}: parameter {index} ({self.arg_names[index]}) is {size} bytes in "
                     f"the PTX, but arg_types says {t} ({t.size} bytes)"
                 )
-        err, *_ = get_info(self._handle, len(self.arg_types or ()))
-        if not err:
-            raise TypeError(
-                f"{self.name}: the PTX declares more than the {len(self.arg_types)} parameters in arg_types"
-            )
+        if count is None:  # no count from this driver: one query past the end tells
+            err, *_ = get_info(self._handle, declared)
+            if not err:
+                raise TypeError(
+                    f"{self.name}: the PTX declares more than the {declared} parameters arg_types lists"
+                )
 
     def __repr__(self) -> str:
         return f"<runtime.Function {self.name}>"
@@ -257,7 +284,14 @@ class Function:
             raise TypeError(f"{self.name} takes {wanted}, got {len(args)}: {detail}")
         return args
 
-    def _pointer(self, index: int, t: Pointer, value: Any, stream: int) -> int:
+    def _pointer(self, index: int, t: Pointer, value: Any, stream: int = 0) -> int:
+        if (
+            value.__class__ is DeviceArray
+            and value._dtype is t.dtype
+            and value.device is self.device
+            and value._finalizer.alive
+        ):
+            return value._ptr  # the common case; anything else gets the full checks below
         name = self.arg_names[index]
         if type(value) is DeviceArray:
             if value.closed:
@@ -301,7 +335,11 @@ class Function:
             )
         return info.ptr
 
-    def _scalar(self, index: int, t: Scalar, value: Any) -> int:
+    def _scalar(self, index: int, t: Scalar, value: Any, stream: int = 0) -> int:
+        if value.__class__ is int:
+            low, high = self._limits[index]
+            if low <= value <= high:
+                return value
         name = self.arg_names[index]
         if isinstance(value, (bool, str, bytes, float)):
             raise TypeError(f"argument {name!r} ({t}) must be an int, not {type(value).__name__} {value!r}")
@@ -321,6 +359,26 @@ class Function:
     ) -> tuple[tuple[int, int, int], tuple[int, int, int], int]:
         g, b = _dim3(grid, "grid"), _dim3(block, "block")
         dev = self.device
+        mg, mb = dev.max_grid, dev.max_block
+        if (
+            0 < g[0] <= mg[0]
+            and 0 < g[1] <= mg[1]
+            and 0 < g[2] <= mg[2]
+            and 0 < b[0] <= mb[0]
+            and 0 < b[1] <= mb[1]
+            and 0 < b[2] <= mb[2]
+            and b[0] * b[1] * b[2] <= self.max_threads_per_block
+            and (self.block is None or b == self.block)
+            and shared_mem.__class__ is int
+            and 0 <= shared_mem <= dev.max_shared_memory_per_block
+        ):
+            return g, b, shared_mem
+        self._explain_geometry(g, b, shared_mem)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _explain_geometry(self, g: tuple[int, ...], b: tuple[int, ...], shared_mem: Any) -> None:
+        """Raise the error that says which dimension or limit a launch broke."""
+        dev = self.device
         for axis, (n, limit) in enumerate(zip(g, dev.max_grid)):
             if not 1 <= n <= limit:
                 raise ValueError(f"grid {g}: dimension {'xyz'[axis]} = {n} is outside 1..{limit}")
@@ -336,9 +394,7 @@ class Function:
             raise ValueError(f"{self.name} is built for block {self.block}, not {b}")
         if isinstance(shared_mem, bool) or not isinstance(shared_mem, int):
             raise TypeError(f"shared_mem must be an int number of bytes, not {shared_mem!r}")
-        if not 0 <= shared_mem <= dev.max_shared_memory_per_block:
-            raise ValueError(f"shared_mem {shared_mem} is outside 0..{dev.max_shared_memory_per_block} bytes")
-        return g, b, shared_mem
+        raise ValueError(f"shared_mem {shared_mem} is outside 0..{dev.max_shared_memory_per_block} bytes")
 
     # --- launch ---------------------------------------------------------------------
 
@@ -364,14 +420,20 @@ class Function:
                 "module.get_function(name, arg_types=[...]) to launch it"
             )
         g, b, shared = self._check_geometry(grid, block, shared_mem)
-        handle = stream_handle(stream)
+        # cuda-bindings converts a CUstream faster than an int, so pass the object we hold.
+        if stream is None:
+            handle, cu_stream = 0, self._default_stream
+        elif stream.__class__ is Stream:
+            handle, cu_stream = stream._handle_int(), stream._handle
+        else:
+            handle = cu_stream = stream_handle(stream)
         values = self.pack_args(args, handle)
         self.device._activate()
         drv = driver()
         with self._launch_lock:  # the slots are shared; the driver copies them at launch
             self._fill_slots(values)
             (err,) = drv.cuLaunchKernel(
-                self._handle, g[0], g[1], g[2], b[0], b[1], b[2], shared, handle, self._params_address, 0
+                self._handle, g[0], g[1], g[2], b[0], b[1], b[2], shared, cu_stream, self._params_address, 0
             )
         if err:
             raise_error(f"cuLaunchKernel({self.name})", err)
@@ -385,11 +447,8 @@ class Function:
         """
         if self.arg_types is None:
             raise TypeError(f"{self.name} has no argument types")
-        ordered = self._ordered(args)
-        return [
-            self._pointer(i, t, v, stream) if t.is_pointer else self._scalar(i, t, v)
-            for i, (t, v) in enumerate(zip(self.arg_types, ordered))
-        ]
+        ordered = args if args.__class__ is tuple and len(args) == len(self._packers) else self._ordered(args)
+        return [pack(value, stream) for pack, value in zip(self._packers, ordered)]
 
     def _fill_slots(self, values: list[int]) -> None:
         for slot, value in zip(self._slots, values):

@@ -38,7 +38,7 @@ def test_modules_are_cached_by_content_hash(dev):
     a = dev.load(ptxgen.ChannelCatBackward("f32", 128))
     b = dev.load(ptxgen.ChannelCatBackward("f32", 128))
     assert a is b and a.function is b.function
-    assert dev.load(ptxgen.ChannelCatBackward("f32", 128, inline=True)) is not a
+    assert dev.load(ptxgen.ChannelCatBackward("f32", 128, inline=False)) is not a
     assert 0 < a.function.num_regs <= 32 and a.function.max_threads_per_block >= 128
 
 
@@ -54,7 +54,9 @@ def test_arg_types_that_disagree_with_the_ptx_are_refused(dev):
     with pytest.raises(TypeError, match=r"parameter 1 \(n\) is 4 bytes in the PTX, but arg_types says u64"):
         _ = dev.load(k).function
     k2 = HandWrittenKernel(arg_names=("out", "n"), arg_types=(ptxgen.Pointer("u32"), ptxgen.Scalar("u32")))
-    with pytest.raises(TypeError, match="declares more than the 2 parameters"):
+    with pytest.raises(
+        TypeError, match=r"declares (3 parameters, arg_types lists 2|more than the 2 parameters)"
+    ):
         _ = dev.load(k2).function
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import operator
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -138,6 +139,15 @@ class Module:
         return f"<runtime.Module {self.kernel.id}{' closed' if self.closed else ''}>"
 
 
+def ptx_param_count(source: str, entry: str) -> int | None:
+    """How many ``.param`` the ``.entry`` called ``entry`` declares in ``source``, or None."""
+    match = re.search(rf"\.entry\s+{re.escape(entry)}\s*\(([^)]*)\)", source)
+    if match is None:
+        return None
+    without_comments = re.sub(r"//[^\n]*|/\*.*?\*/", "", match.group(1), flags=re.S)
+    return len(re.findall(r"\.param\b", without_comments))
+
+
 def _param_count(drv: Any, handle: Any) -> int | None:
     """cuFuncGetParamCount where bindings and driver have it (CUDA 13), else None."""
     get_count = getattr(drv, "cuFuncGetParamCount", None)
@@ -228,10 +238,13 @@ class Function:
     def _check_params_against_driver(self, drv: Any) -> None:
         """Compare arg_types with the parameters the loaded PTX declares.
 
-        Asks for the count first, so no query goes past the last parameter: a failing
-        driver call would be noise under compute-sanitizer.
+        The count comes from cuFuncGetParamCount where the driver has it, else from the
+        ``.entry``'s parameter list in the PTX; no query goes past the last parameter, so
+        compute-sanitizer sees no failing driver call.
         """
         count = _param_count(drv, self._handle)
+        if count is None:  # this driver cannot say: read the .entry's parameter list
+            count = ptx_param_count(self.module.kernel.source, self.name)
         declared = len(self.arg_types or ())
         if count is not None and count != declared:
             raise TypeError(f"{self.name}: the PTX declares {count} parameters, arg_types lists {declared}")
@@ -246,12 +259,6 @@ class Function:
                 raise TypeError(
                     f"{self.name}: parameter {index} ({self.arg_names[index]}) is {size} bytes in "
                     f"the PTX, but arg_types says {t} ({t.size} bytes)"
-                )
-        if count is None:  # no count from this driver: one query past the end tells
-            err, *_ = get_info(self._handle, declared)
-            if not err:
-                raise TypeError(
-                    f"{self.name}: the PTX declares more than the {declared} parameters arg_types lists"
                 )
 
     def __repr__(self) -> str:

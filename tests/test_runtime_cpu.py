@@ -247,3 +247,15 @@ def test_stream_handles():
         stream_handle(True)
     with pytest.raises(TypeError, match=r"expected a runtime\.Stream"):
         stream_handle("default")
+
+
+def test_entry_parameter_count_is_read_from_the_ptx():
+    from conftest import HandWrittenKernel
+
+    from runtime.module import ptx_param_count
+
+    for kernel in (ptxgen.ChannelCatBackward("f32", 128), ptxgen.ChannelCatForward("u8", 64, inline=False)):
+        assert ptx_param_count(kernel.source, kernel.entry_point_name) == 5
+    assert ptx_param_count(HandWrittenKernel().source, "fill_entry_point") == 3
+    assert ptx_param_count(HandWrittenKernel().source, "missing_entry_point") is None
+    assert ptx_param_count(".entry k()\n{ ret; }", "k") == 0

@@ -100,7 +100,9 @@ class DeviceArray:
         return not self._finalizer.alive
 
     def __len__(self) -> int:
-        return self.shape[0] if self.shape else 1
+        if not self.shape:
+            raise TypeError("len() of a 0-d DeviceArray")
+        return self.shape[0]
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"ptr={self._ptr:#x}"

@@ -187,10 +187,14 @@ def test_memory_is_freed_exactly_once(dev):
     assert dev.memory_info()[0] >= free_before - (8 << 20)
 
 
-def test_empty_arrays(dev):
+def test_empty_and_scalar_arrays(dev):
     a = dev.empty((0, 5), "f32")
-    assert a.nbytes == 0 and a.to_numpy().shape == (0, 5)
+    assert a.nbytes == 0 and a.to_numpy().shape == (0, 5) and len(a) == 0
     a.close()
+    s = dev.to_device(np.float64(2.5))
+    assert s.shape == () and s.to_numpy() == 2.5
+    with pytest.raises(TypeError, match="0-d"):
+        len(s)
 
 
 def test_to_device_rejects_size_mismatch(dev):

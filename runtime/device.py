@@ -154,7 +154,7 @@ class Device:
         """
         import numpy as np
 
-        host = np.ascontiguousarray(array)
+        host = np.asarray(array, order="C")  # ascontiguousarray would make 0-d arrays 1-d
         target = resolve_dtype(host.dtype if dtype is None else dtype)
         if host.dtype.itemsize != target.itemsize:
             raise ValueError(

@@ -114,7 +114,7 @@ class DeviceArray:
         """Copy a numpy array of the same size in bytes into this array (synchronous)."""
         import numpy as np
 
-        host = np.ascontiguousarray(array)
+        host = np.asarray(array, order="C")  # ascontiguousarray would make 0-d arrays 1-d
         if host.nbytes != self.nbytes:
             raise ValueError(f"host array has {host.nbytes} bytes, this DeviceArray {self.nbytes}")
         if self.nbytes:

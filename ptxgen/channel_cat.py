@@ -19,6 +19,7 @@ import hashlib
 from typing import ClassVar
 
 from .args import Pointer, Scalar
+from .arith import magic_divisor
 from .builder import FEATURE_ISA, SPECIAL_REGS, Addr, Function, Module, Reg
 from .dtypes import DType, resolve_dtype
 from .targets import TARGETS, isa_max, resolve_target
@@ -55,6 +56,8 @@ def _cdiv(a: int, b: int) -> int:
 
 
 _SCALAR = Scalar("i32", ptx_type="u32")  # the seed's i32 arguments, read as .u32
+# The largest chunk_c + BLOCK_SIZE - 1 a launch can pass: chunk_c is an i32 >= 0.
+_CHUNK_C_UP_MAX = _SCALAR.max + 1023
 
 
 class _ChannelCat:
@@ -238,7 +241,15 @@ class _ChannelCat:
         fn.inst("mov.u32", pid, SPECIAL_REGS["ctaid.x"], comment="one CTA per (row, tile of channels)")
         fn.inst("mov.u32", thread, SPECIAL_REGS["tid.x"], comment="this thread's place in the CTA")
         fn.inst("add.u32", chunk_c_up, p["chunk_c"], bs - 1, comment=f"tiles = cdiv(chunk_c, {bs})")
-        fn.inst("div.u32", tiles, chunk_c_up, bs)
+        # BLOCK_SIZE is a constant, so no divide instruction (ptxas would emit a generic one).
+        magic, shift = magic_divisor(bs, _CHUNK_C_UP_MAX)
+        if magic == 0:
+            fn.inst("shr.u32", tiles, chunk_c_up, shift, comment=f"  = (chunk_c + {bs - 1}) / {bs}, a shift")
+        else:
+            scaled = fn.reg("tiles_scaled", "u32")
+            fn.inst("mul.hi.u32", scaled, chunk_c_up, magic,
+                    comment=f"  = (chunk_c + {bs - 1}) * ceil(2**{32 + shift} / {bs})")  # fmt: skip
+            fn.inst("shr.u32", tiles, scaled, shift, comment=f"    >> {32 + shift}, i.e. / {bs}")
         fn.inst("div.u32", n, pid, tiles, comment="n = pid / tiles")
         fn.inst("mul.lo.u32", row_first_pid, n, tiles)
         fn.inst("sub.u32", tile, pid, row_first_pid, comment="tile = pid % tiles")

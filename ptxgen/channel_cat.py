@@ -109,8 +109,8 @@ class _ChannelCat:
     @property
     def inline(self) -> bool:
         """True (the default) when the entry point holds the body itself; False when it
-        calls the ``.func``. ptxas does not inline the call, and on an H200 it cost 6-7%
-        of bandwidth (docs/design.md), so the inlined entry is what runs by default."""
+        calls the ``.func``. ptxas does not inline the call, and on an H200 it cost up to
+        7% of bandwidth (docs/design.md), so the inlined entry is what runs by default."""
         return self._inline
 
     @property
@@ -212,7 +212,7 @@ class _ChannelCat:
                     (
                         "The .func below is the kernel body; the entry point holds the same",
                         "instructions inline, since ptxas does not inline a call and the call",
-                        "cost 6-7% of bandwidth on an H200 (docs/design.md).",
+                        "cost up to 7% of bandwidth on an H200 (docs/design.md).",
                     )
                     if self._inline
                     else ("The entry point reads the parameters and calls the .func body.",)

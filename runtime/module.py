@@ -15,7 +15,7 @@ import operator
 import re
 import threading
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ptxgen.args import Pointer, Scalar
 from ptxgen.diagnostics import log_line_numbers, quote_lines
@@ -381,9 +381,8 @@ class Function:
         ):
             return g, b, shared_mem
         self._explain_geometry(g, b, shared_mem)
-        raise AssertionError("unreachable")  # pragma: no cover
 
-    def _explain_geometry(self, g: tuple[int, ...], b: tuple[int, ...], shared_mem: Any) -> None:
+    def _explain_geometry(self, g: tuple[int, ...], b: tuple[int, ...], shared_mem: Any) -> NoReturn:
         """Raise the error that says which dimension or limit a launch broke."""
         dev = self.device
         for axis, (n, limit) in enumerate(zip(g, dev.max_grid)):

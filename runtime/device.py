@@ -39,17 +39,17 @@ class Device:
     def __new__(cls, ordinal: int = 0) -> Device:
         if isinstance(ordinal, bool) or not isinstance(ordinal, int):
             raise TypeError(f"device ordinal must be an int, not {type(ordinal).__name__} {ordinal!r}")
-        drv = driver()
-        count = check("cuDeviceGetCount", drv.cuDeviceGetCount())
-        if not 0 <= ordinal < count:
-            raise ValueError(
-                f"no CUDA device {ordinal}: this machine has {count} GPU{'s' * (count != 1)}"
-                f" (valid ordinals: {', '.join(map(str, range(count)))})"
-            )
         with _instances_lock:
             existing = _instances.get(ordinal)
             if existing is not None and existing._state == "open":
-                return existing
+                return existing  # the common case: no driver call
+            drv = driver()
+            count = check("cuDeviceGetCount", drv.cuDeviceGetCount())
+            if not 0 <= ordinal < count:
+                raise ValueError(
+                    f"no CUDA device {ordinal}: this machine has {count} GPU{'s' * (count != 1)}"
+                    f" (valid ordinals: {', '.join(map(str, range(count)))})"
+                )
             self = super().__new__(cls)
             self._open(ordinal)
             _instances[ordinal] = self

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +38,8 @@ def stream_handle(stream: Any) -> int:
     handle = getattr(stream, "cuda_stream", None)
     if isinstance(handle, int):
         return handle
-    if type(stream).__name__ == "CUstream":
+    bindings = sys.modules.get("cuda.bindings.driver")  # a CUstream implies it is imported
+    if bindings is not None and isinstance(stream, bindings.CUstream):
         return int(stream)
     raise TypeError(
         f"expected a runtime.Stream, an int stream handle, an object with __cuda_stream__ or "

@@ -34,11 +34,6 @@ import ptxgen
 import runtime
 from runtime._driver import check, driver
 
-
-def median_ms(times: list[float]) -> float:
-    return statistics.median(times)
-
-
 # name: (n_spatial, c_total, chunk_c, offset, block_size)
 SHAPES = {
     "narrow": (1 << 20, 256, 128, 64, 128),
@@ -202,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
         del want
 
-        med = {k: median_ms(v) for k, v in times.items()}
+        med = {k: statistics.median(v) for k, v in times.items()}
         gbs = {k: nbytes_moved / (ms * 1e-3) / 1e9 for k, ms in med.items()}
         row = {
             "shape": shape,

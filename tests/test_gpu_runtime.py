@@ -261,3 +261,10 @@ def test_launch_script_verifies(dev):
         )  # fmt: skip
         assert out.returncode == 0, out.stdout + out.stderr
         assert "all chunks match numpy" in out.stdout
+
+
+def test_cuda_bindings_stream_objects_are_accepted(dev):
+    from runtime.stream import stream_handle
+
+    with runtime.Stream(dev) as s:
+        assert stream_handle(runtime.driver().CUstream(s.handle)) == s.handle

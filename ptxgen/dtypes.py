@@ -24,7 +24,6 @@ class DType:
     itemsize: int  # bytes per element
     mem_type: str  # ld/st type suffix, e.g. "b16"
     reg_type: str  # register type the element is held in, e.g. "b16"
-    kind: str  # "float", "int" or "uint"
     dlpack: tuple[int, int]  # (DLDataTypeCode, bits)
     typestr: str | None  # __cuda_array_interface__ typestr, None where it has none
     numpy_name: str  # numpy / ml_dtypes / torch spelling
@@ -37,21 +36,21 @@ class DType:
 # DLPack type codes (dlpack.h, v1.1): kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4,
 # kDLFloat8_e4m3fn 10, kDLFloat8_e5m2 12.
 _TABLE = (
-    DType("f16", 2, "b16", "b16", "float", (2, 16), "<f2", "float16", ("float16", "half")),
-    DType("bf16", 2, "b16", "b16", "float", (4, 16), None, "bfloat16", ("bfloat16",)),
-    DType("f32", 4, "f32", "f32", "float", (2, 32), "<f4", "float32", ("float32", "single")),
-    DType("f64", 8, "f64", "f64", "float", (2, 64), "<f8", "float64", ("float64", "double")),
-    DType("i8", 1, "b8", "b16", "int", (0, 8), "|i1", "int8", ("int8",)),
-    DType("i16", 2, "s16", "s16", "int", (0, 16), "<i2", "int16", ("int16", "short")),
-    DType("i32", 4, "s32", "s32", "int", (0, 32), "<i4", "int32", ("int32",)),
-    DType("i64", 8, "s64", "s64", "int", (0, 64), "<i8", "int64", ("int64", "long")),
-    DType("u8", 1, "b8", "b16", "uint", (1, 8), "|u1", "uint8", ("uint8",)),
-    DType("u16", 2, "u16", "u16", "uint", (1, 16), "<u2", "uint16", ("uint16",)),
-    DType("u32", 4, "u32", "u32", "uint", (1, 32), "<u4", "uint32", ("uint32",)),
-    DType("u64", 8, "u64", "u64", "uint", (1, 64), "<u8", "uint64", ("uint64",)),
-    DType("e4m3", 1, "b8", "b16", "float", (2, 10), None, "float8_e4m3fn",
+    DType("f16", 2, "b16", "b16", (2, 16), "<f2", "float16", ("float16", "half")),
+    DType("bf16", 2, "b16", "b16", (4, 16), None, "bfloat16", ("bfloat16",)),
+    DType("f32", 4, "f32", "f32", (2, 32), "<f4", "float32", ("float32", "single")),
+    DType("f64", 8, "f64", "f64", (2, 64), "<f8", "float64", ("float64", "double")),
+    DType("i8", 1, "b8", "b16", (0, 8), "|i1", "int8", ("int8",)),
+    DType("i16", 2, "s16", "s16", (0, 16), "<i2", "int16", ("int16", "short")),
+    DType("i32", 4, "s32", "s32", (0, 32), "<i4", "int32", ("int32",)),
+    DType("i64", 8, "s64", "s64", (0, 64), "<i8", "int64", ("int64", "long")),
+    DType("u8", 1, "b8", "b16", (1, 8), "|u1", "uint8", ("uint8",)),
+    DType("u16", 2, "u16", "u16", (1, 16), "<u2", "uint16", ("uint16",)),
+    DType("u32", 4, "u32", "u32", (1, 32), "<u4", "uint32", ("uint32",)),
+    DType("u64", 8, "u64", "u64", (1, 64), "<u8", "uint64", ("uint64",)),
+    DType("e4m3", 1, "b8", "b16", (2, 10), None, "float8_e4m3fn",
           ("float8_e4m3fn", "fp8_e4m3", "f8e4m3")),
-    DType("e5m2", 1, "b8", "b16", "float", (2, 12), None, "float8_e5m2",
+    DType("e5m2", 1, "b8", "b16", (2, 12), None, "float8_e5m2",
           ("float8_e5m2", "fp8_e5m2", "f8e5m2")),
 )  # fmt: skip
 

@@ -70,7 +70,6 @@ class ArrayInfo:
     readonly: bool
     contiguous: bool
     device_id: int | None  # None where the interface does not say (CAI)
-    source: str  # "DeviceArray", "__cuda_array_interface__", "__dlpack__"
 
 
 def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...] | None, itemsize: int) -> bool:
@@ -102,7 +101,6 @@ def _from_cai(cai: dict[str, Any]) -> ArrayInfo:
         readonly=bool(readonly),
         contiguous=_c_contiguous(shape, tuple(strides) if strides else None, itemsize),
         device_id=None,
-        source="__cuda_array_interface__",
     )
 
 
@@ -138,7 +136,6 @@ def _from_dlpack(obj: Any, stream: int) -> ArrayInfo:
         readonly=False,
         contiguous=_c_contiguous(shape, tuple(s * itemsize for s in strides) if strides else None, itemsize),
         device_id=int(device_id),
-        source="__dlpack__",
     )
     del capsule  # unconsumed: its own destructor hands the tensor back to the producer
     return info

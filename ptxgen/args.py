@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from .dtypes import DType, resolve_dtype
 
-__all__ = ["ArgType", "Pointer", "Scalar"]
+__all__ = ["ArgType", "ParamSlot", "Pointer", "Scalar", "param_buffer_size", "param_layout"]
 
 
 @dataclass(frozen=True)
@@ -108,3 +108,49 @@ class Scalar:
 
 
 ArgType = Pointer | Scalar
+
+
+@dataclass(frozen=True)
+class ParamSlot:
+    """Where one parameter sits in the kernel's parameter buffer.
+
+    The driver lays ``.param`` values out in declaration order, each at the next
+    offset that is a multiple of its alignment (its size, for scalars and pointers),
+    exactly as a C struct of the same members would be (the layout
+    ``CU_LAUNCH_PARAM_BUFFER_POINTER`` expects and ``cuFuncGetParamInfo`` reports).
+    """
+
+    name: str
+    type: ArgType
+    offset: int
+    size: int
+    align: int
+
+
+def param_layout(
+    arg_names: tuple[str, ...] | list[str], arg_types: tuple[ArgType, ...] | list[ArgType]
+) -> tuple[ParamSlot, ...]:
+    """The parameter buffer layout of a kernel: one :class:`ParamSlot` per parameter.
+
+    >>> types = (Pointer("f32"), Scalar("i32"), Pointer("f32"))
+    >>> [(s.name, s.offset, s.size) for s in param_layout(("p", "n", "q"), types)]
+    [('p', 0, 8), ('n', 8, 4), ('q', 16, 8)]
+    """
+    if len(arg_names) != len(arg_types):
+        raise ValueError(f"{len(arg_names)} argument names for {len(arg_types)} argument types")
+    slots, offset = [], 0
+    for name, t in zip(arg_names, arg_types):
+        align = t.size
+        offset = -(-offset // align) * align
+        slots.append(ParamSlot(name, t, offset, t.size, align))
+        offset += t.size
+    return tuple(slots)
+
+
+def param_buffer_size(layout: tuple[ParamSlot, ...]) -> int:
+    """Bytes of the whole buffer: the end of the last slot, rounded up to the widest alignment."""
+    if not layout:
+        return 0
+    end = layout[-1].offset + layout[-1].size
+    widest = max(s.align for s in layout)
+    return -(-end // widest) * widest

@@ -153,6 +153,14 @@ class _ChannelCat:
     def block(self) -> tuple[int, int, int]:
         return (self._block_size, 1, 1)
 
+    @property
+    def grid_expression(self) -> tuple[str, str, str]:
+        """How :meth:`grid` computes the launch grid, as three C expressions over
+        ``n_spatial`` (rows) and the kernel's integer arguments (unsigned, integer
+        division): what a runtime without Python evaluates (see ``python -m ptxgen bundle``)."""
+        bs = self._block_size
+        return (f"n_spatial * ((chunk_c + {bs - 1}) / {bs})", "1", "1")
+
     def grid(self, n_spatial: int, chunk_c: int) -> tuple[int, int, int]:
         """``(n_spatial * cdiv(chunk_c, block_size), 1, 1)``."""
         n_spatial = _check_count(n_spatial, "n_spatial")

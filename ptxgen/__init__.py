@@ -12,10 +12,12 @@
 Imports nothing outside the standard library.
 """
 
-from .args import ArgType, Pointer, Scalar
-from .channel_cat import BLOCK_SIZES, ChannelCatBackward, ChannelCatForward
+from .args import ArgType, ParamSlot, Pointer, Scalar, param_layout
 from .dtypes import DTYPES, DType, resolve_dtype
-from .kernel import Kernel
+from .function import PtxFunction, PtxModule
+from .kernel import Kernel, KernelBase, PtxKernel
+from .kernels import BLOCK_SIZES, ChannelCatBackward, ChannelCatForward
+from .ptxtypes import SPECIAL_REGS, Addr, Pair, PtxTargetError, PtxTypeError, Reg, Sink, Vec
 from .targets import DEFAULT_TARGET, PTX_ISA_CUDA, TARGETS
 
 __version__ = "0.1.0"
@@ -28,13 +30,27 @@ __all__ = [
     "DTYPES",
     "KERNELS",
     "PTX_ISA_CUDA",
+    "SPECIAL_REGS",
     "TARGETS",
+    "Addr",
     "ArgType",
     "ChannelCatBackward",
     "ChannelCatForward",
     "DType",
     "Kernel",
+    "KernelBase",
+    "Pair",
+    "ParamSlot",
     "Pointer",
+    "PtxFunction",
+    "PtxKernel",
+    "PtxModule",
+    "PtxTargetError",
+    "PtxTypeError",
+    "Reg",
     "Scalar",
+    "Sink",
+    "Vec",
+    "param_layout",
     "resolve_dtype",
 ]

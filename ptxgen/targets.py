@@ -14,10 +14,13 @@ __all__ = [
     "DEFAULT_TARGET",
     "PTX_ISA_CUDA",
     "TARGETS",
+    "isa_key",
+    "isa_max",
     "min_cuda_for_isa",
     "newest_isa_for_cuda",
     "resolve_target",
     "target_capability",
+    "target_sm",
 ]
 
 # The oldest architecture CUDA 13 still compiles for; the driver JIT-compiles the
@@ -70,7 +73,8 @@ PTX_ISA_CUDA: dict[str, tuple[int, int]] = {
 }
 
 
-def _isa_key(version: str) -> tuple[int, int]:
+def isa_key(version: str) -> tuple[int, int]:
+    """``"8.6"`` -> ``(8, 6)``, for comparing PTX ISA versions."""
     major, _, minor = version.partition(".")
     return int(major), int(minor)
 
@@ -94,9 +98,15 @@ def target_capability(target: str) -> tuple[int, int]:
     return int(digits[:-1]), int(digits[-1])
 
 
+def target_sm(target: str) -> int:
+    """``'sm_90'`` -> ``90``, ``'sm_121'`` -> ``121``: the number the instruction table compares."""
+    major, minor = target_capability(target)
+    return major * 10 + minor
+
+
 def isa_max(*versions: str) -> str:
     """The newest of several PTX ISA versions."""
-    return max(versions, key=_isa_key)
+    return max(versions, key=isa_key)
 
 
 def min_cuda_for_isa(version: str) -> tuple[int, int] | None:
@@ -107,4 +117,4 @@ def min_cuda_for_isa(version: str) -> tuple[int, int] | None:
 def newest_isa_for_cuda(cuda: tuple[int, int]) -> str | None:
     """The newest PTX ISA a CUDA ``(major, minor)`` driver loads, as far as we know."""
     fitting = [isa for isa, first in PTX_ISA_CUDA.items() if first <= cuda]
-    return max(fitting, key=_isa_key) if fitting else None
+    return max(fitting, key=isa_key) if fitting else None

@@ -7,7 +7,7 @@ import weakref
 from typing import Any
 
 from ptxgen.dtypes import resolve_dtype
-from ptxgen.kernel import Kernel
+from ptxgen.kernel import Kernel, conformance_problems
 from ptxgen.targets import min_cuda_for_isa, newest_isa_for_cuda, target_capability
 
 from ._driver import check, driver
@@ -17,12 +17,6 @@ __all__ = ["Device"]
 
 _instances: dict[int, Device] = {}
 _instances_lock = threading.Lock()
-
-_KERNEL_MEMBERS = (
-    "name", "id", "block_size", "kernel_source", "entry_point_source", "source",
-    "entry_point_name", "content_hash", "target", "ptx_version", "arg_names",
-    "arg_types", "block", "grid",
-)  # fmt: skip
 
 
 class Device:
@@ -170,9 +164,9 @@ class Device:
         """Load ``kernel``'s PTX (cached by content hash) and return its :class:`Module`."""
         from .module import load_module
 
-        if not isinstance(kernel, Kernel):
-            missing = [m for m in _KERNEL_MEMBERS if not hasattr(kernel, m)]
-            raise TypeError(f"{type(kernel).__name__} is not a ptxgen.Kernel (missing: {', '.join(missing)})")
+        problems = conformance_problems(kernel)
+        if problems:
+            raise TypeError(f"{type(kernel).__name__} is not a usable ptxgen.Kernel: {'; '.join(problems)}")
         self._check_compatible(kernel)
         # The PTX decides what is loaded; the typing decides how it is launched. Two kernel
         # objects with the same source and the same typing share one module.

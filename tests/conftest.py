@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -53,42 +52,32 @@ DONE:
 """
 
 
-@dataclass
-class HandWrittenKernel:
-    """Satisfies ptxgen.Kernel with PTX typed in by a person."""
+FILL_TYPES = (ptxgen.Pointer("u32"), ptxgen.Scalar("u32"), ptxgen.Scalar("u32"))
 
-    kernel_source: str = "// hand-written: fill a u32 array\n"
-    entry_point_source: str = FILL_PTX
-    name: str = "fill"
-    block_size: int = 64
-    target: str = "sm_75"
-    ptx_version: str = "6.3"
-    arg_names: tuple = ("out", "n", "value")
-    arg_types: tuple = field(
-        default_factory=lambda: (ptxgen.Pointer("u32"), ptxgen.Scalar("u32"), ptxgen.Scalar("u32"))
+
+def hand_written_kernel(
+    block_size: int = 64,
+    *,
+    arg_names: tuple = ("out", "n", "value"),
+    arg_types: tuple = FILL_TYPES,
+    ptx: str = FILL_PTX,
+) -> ptxgen.PtxKernel:
+    """A kernel typed in by a person: the protocol is not tied to ptxgen's emitter.
+    Launch it on ``(cdiv(n, block_size), 1, 1)`` CTAs."""
+    return ptxgen.PtxKernel(
+        "fill",
+        ptx,
+        arg_names,
+        arg_types,
+        block_size,
+        header="// hand-written: fill a u32 array\n",
+        kernel_id=f"fill__u32__{block_size}",
     )
 
-    @property
-    def id(self) -> str:
-        return f"{self.name}__u32__{self.block_size}"
 
-    @property
-    def source(self) -> str:
-        return self.kernel_source + "\n\n" + self.entry_point_source
-
-    @property
-    def entry_point_name(self) -> str:
-        return f"{self.name}_entry_point"
-
-    @property
-    def content_hash(self) -> str:
-        import hashlib
-
-        return hashlib.sha256(self.source.encode()).hexdigest()
-
-    @property
-    def block(self) -> tuple:
-        return (self.block_size, 1, 1)
-
-    def grid(self, n_spatial: int, chunk_c: int = 1) -> tuple:
-        return (-(-n_spatial * chunk_c // self.block_size), 1, 1)
+def pytest_addoption(parser):
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        help="rewrite tests/golden/*.ptx from the current emitter instead of comparing",
+    )

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, HandWrittenKernel
+from conftest import ROOT, hand_written_kernel
 
 import ptxgen
 from ptxgen.targets import PTX_ISA_CUDA, TARGETS
@@ -154,10 +154,77 @@ def test_grid_rejects_bad_sizes():
 
 
 def test_protocol_conformance():
+    from ptxgen.kernel import KERNEL_MEMBERS, conformance_problems
+
+    # The protocol holds what a loader and launcher need, nothing kernel-specific.
+    assert set(KERNEL_MEMBERS) == {
+        "name", "id", "kernel_source", "entry_point_source", "source", "entry_point_name",
+        "content_hash", "target", "ptx_version", "arg_names", "arg_types", "block",
+    }  # fmt: skip
     for cls in KINDS:
-        assert isinstance(cls("u16", 96), ptxgen.Kernel)
-    assert isinstance(HandWrittenKernel(), ptxgen.Kernel)
+        k = cls("u16", 96)
+        assert isinstance(k, ptxgen.Kernel) and isinstance(k, ptxgen.KernelBase)
+        assert conformance_problems(k) == []
+    hand = hand_written_kernel()
+    assert isinstance(hand, ptxgen.Kernel) and conformance_problems(hand) == []
+    assert hand.id == "fill__u32__64" and hand.target == "sm_75" and hand.ptx_version == "6.3"
     assert not isinstance(object(), ptxgen.Kernel)
+    assert conformance_problems(object()) == [f"missing {', '.join(KERNEL_MEMBERS)}"]
+
+
+def test_a_new_kernel_writes_only_what_is_its_own():
+    class Noop(ptxgen.KernelBase):
+        name = "noop"
+
+        def __init__(self):
+            module = ptxgen.PtxModule("sm_80")
+            entry = module.entry(self.entry_point_name)
+            entry.inst("ret")
+            self.id, self.target, self.ptx_version = "noop", module.target, module.version
+            self.kernel_source, self.entry_point_source = module.header(), entry.render()
+            self.arg_names, self.arg_types, self.block = (), (), (32, 1, 1)
+
+    k = Noop()
+    assert k.source == k.kernel_source + "\n\n" + k.entry_point_source
+    assert k.entry_point_name == "noop_entry_point"
+    assert k.content_hash == hashlib.sha256(k.source.encode()).hexdigest()
+    assert isinstance(k, ptxgen.Kernel)
+    assert Noop() is not k  # no cache_key: not memoised
+
+
+def test_hand_written_kernels_are_checked():
+    with pytest.raises(ValueError, match=re.escape("defines no .entry fill2_entry_point")):
+        ptxgen.PtxKernel(
+            "fill2", hand_written_kernel().entry_point_source, ("out",), (ptxgen.Pointer("u32"),), 64
+        )
+    with pytest.raises(ValueError, match="1 arg_names for 2 arg_types"):
+        ptxgen.PtxKernel("fill", hand_written_kernel().entry_point_source, ("out",),
+                         (ptxgen.Pointer("u32"), ptxgen.Scalar("u32")), 64)  # fmt: skip
+    with pytest.raises(ValueError, match=re.escape(".version and .target")):
+        ptxgen.PtxKernel("fill", ".visible .entry fill_entry_point() { ret; }", (), (), 64)
+
+
+def test_construction_is_memoised_and_the_hash_computed_once():
+    a = ptxgen.ChannelCatBackward("f32", 128)
+    assert ptxgen.ChannelCatBackward("float32", 128, target="sm_75", inline=True) is a
+    assert ptxgen.ChannelCatBackward("f32", 128, inline=False) is not a
+    assert ptxgen.ChannelCatForward("f32", 128) is not a
+    assert ptxgen.ChannelCatBackward("f32", 128, target="sm_90") is not a
+    first = a.content_hash
+    assert vars(a)["content_hash"] == first  # cached on the instance: not rehashed per access
+    np = pytest.importorskip("numpy")
+    assert ptxgen.ChannelCatBackward(np.float32, np.int64(128)) is a
+
+
+def test_block_size_accepts_numpy_integers():
+    np = pytest.importorskip("numpy")
+    assert ptxgen.ChannelCatForward("f32", np.int32(64)).block == (64, 1, 1)
+    assert type(ptxgen.ChannelCatForward("f32", np.uint16(96)).block_size) is int
+
+
+def test_headers_carry_the_final_measurement():
+    source = ptxgen.ChannelCatBackward("f32", 128).kernel_source
+    assert "up to 5.5% of bandwidth" in source and "7%" not in source
 
 
 def test_determinism_within_and_across_processes():

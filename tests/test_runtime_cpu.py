@@ -78,7 +78,7 @@ def function_for(kernel) -> Function:
     """A Function whose slots are prepared as the real one's, minus the driver."""
     fn = Function.__new__(Function)
     fn.name, fn.device, fn.block = kernel.entry_point_name, FakeDevice(), kernel.block
-    fn.max_threads_per_block = kernel.block_size
+    fn.max_threads_per_block = kernel.block[0]
     fn.arg_types, fn.arg_names = tuple(kernel.arg_types), tuple(kernel.arg_names)
     fn._prepare_slots()
     return fn
@@ -250,12 +250,12 @@ def test_stream_handles():
 
 
 def test_entry_parameter_count_is_read_from_the_ptx():
-    from conftest import HandWrittenKernel
+    from conftest import hand_written_kernel
 
     from runtime.module import ptx_param_count
 
     for kernel in (ptxgen.ChannelCatBackward("f32", 128), ptxgen.ChannelCatForward("u8", 64, inline=False)):
         assert ptx_param_count(kernel.source, kernel.entry_point_name) == 5
-    assert ptx_param_count(HandWrittenKernel().source, "fill_entry_point") == 3
-    assert ptx_param_count(HandWrittenKernel().source, "missing_entry_point") is None
+    assert ptx_param_count(hand_written_kernel().source, "fill_entry_point") == 3
+    assert ptx_param_count(hand_written_kernel().source, "missing_entry_point") is None
     assert ptx_param_count(".entry k()\n{ ret; }", "k") == 0

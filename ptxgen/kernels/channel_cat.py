@@ -1,4 +1,4 @@
-"""The channel-wise concatenation kernels: backward (a gather) and forward (a scatter).
+"""The channel-wise concatenation kernels of the seed: backward (a gather) and forward (a scatter).
 
 Both copy one element per thread. The rows are the ``n_spatial`` positions (every
 index before the concatenated dimension times every index after it), and the
@@ -8,21 +8,25 @@ channels of one input occupy ``chunk_offset .. chunk_offset + chunk_c`` of the
     backward:  dx[n * chunk_c + ci] = dy[n * c_total + chunk_offset + ci]
     forward:   y[n * c_total + chunk_offset + ci] = x[n * chunk_c + ci]
 
-Launch contract (the seed's): ``n_spatial * cdiv(chunk_c, BLOCK_SIZE)`` CTAs of
-``BLOCK_SIZE`` threads; CTA ``pid`` handles row ``pid / tiles`` and channels
-``(pid % tiles) * BLOCK_SIZE + tid``, where ``tiles = cdiv(chunk_c, BLOCK_SIZE)``.
+Launch contract (the seed's, teenygrad's ``ChannelCatBackward<D>``):
+``n_spatial * cdiv(chunk_c, BLOCK_SIZE)`` CTAs of ``BLOCK_SIZE`` threads; CTA ``pid``
+handles row ``pid / tiles`` and channels ``(pid % tiles) * BLOCK_SIZE + tid``, where
+``tiles = cdiv(chunk_c, BLOCK_SIZE)``.
 """
 
 from __future__ import annotations
 
-import hashlib
+import operator
+from collections.abc import Hashable
 from typing import ClassVar
 
-from .args import Pointer, Scalar
-from .arith import magic_divisor
-from .builder import FEATURE_ISA, SPECIAL_REGS, Addr, Function, Module, Reg
-from .dtypes import DType, resolve_dtype
-from .targets import TARGETS, isa_max, resolve_target
+from ..args import Pointer, Scalar
+from ..arith import magic_divisor
+from ..dtypes import resolve_dtype
+from ..function import PtxFunction, PtxModule
+from ..kernel import KernelBase
+from ..ptxtypes import SPECIAL_REGS, Addr, Reg
+from ..targets import resolve_target
 
 __all__ = ["BLOCK_SIZES", "ChannelCatBackward", "ChannelCatForward", "check_block_size"]
 
@@ -31,16 +35,22 @@ BLOCK_SIZES = (32, 64, 96, 128, 256, 512, 1024)
 
 
 def check_block_size(block_size: object) -> int:
-    if isinstance(block_size, bool) or not isinstance(block_size, int):
+    """``block_size`` as an int: a multiple of 32 from 32 to 1024 (numpy ints too)."""
+    if isinstance(block_size, bool):
+        number = None
+    else:
+        try:
+            number = operator.index(block_size)  # type: ignore[arg-type]
+        except TypeError:
+            number = None
+    if number is None:
         raise TypeError(
             f"block_size must be an int, not {type(block_size).__name__} {block_size!r}; "
             "accepted: multiples of 32 from 32 to 1024"
         )
-    if not (32 <= block_size <= 1024) or block_size % 32:
-        raise ValueError(
-            f"block_size {block_size} is not accepted; accepted: multiples of 32 from 32 to 1024"
-        )
-    return block_size
+    if not (32 <= number <= 1024) or number % 32:
+        raise ValueError(f"block_size {number} is not accepted; accepted: multiples of 32 from 32 to 1024")
+    return number
 
 
 def _check_count(value: object, what: str) -> int:
@@ -60,13 +70,20 @@ _SCALAR = Scalar("i32", ptx_type="u32")  # the seed's i32 arguments, read as .u3
 _CHUNK_C_UP_MAX = _SCALAR.max + 1023
 
 
-class _ChannelCat:
+class _ChannelCat(KernelBase):
     """What both directions share; subclasses say which side is the wide one."""
 
-    name: ClassVar[str]
     _formula: ClassVar[str]
     _args: ClassVar[tuple[tuple[str, str], ...]]  # (name, what it is) for the 5 parameters
     _gather: ClassVar[bool]  # True: the source has c_total channels per row
+
+    @classmethod
+    def cache_key(
+        cls, dtype: object, block_size: object, *, target: str | None = None, inline: bool = True
+    ) -> Hashable:
+        if not isinstance(inline, bool):
+            raise TypeError(f"inline must be True or False, not {inline!r}")
+        return (resolve_dtype(dtype), check_block_size(block_size), resolve_target(target), inline)
 
     def __init__(
         self,
@@ -76,139 +93,54 @@ class _ChannelCat:
         target: str | None = None,
         inline: bool = True,
     ) -> None:
-        self._dtype: DType = resolve_dtype(dtype)
-        self._block_size = check_block_size(block_size)
-        self._target = resolve_target(target)
-        if not isinstance(inline, bool):
-            raise TypeError(f"inline must be True or False, not {inline!r}")
-        self._inline = inline
-        src, dst = self._args[0][0], self._args[1][0]
-        self._arg_types = (
+        self._dtype, self.block_size, self.target, self.inline = self.cache_key(
+            dtype, block_size, target=target, inline=inline
+        )
+        self.id = f"{self.name}__{self._dtype.name}__{self.block_size}"
+        self.arg_names = tuple(name for name, _ in self._args)
+        self.arg_types = (
             Pointer(self._dtype, writes=False),
             Pointer(self._dtype, writes=True),
             _SCALAR,
             _SCALAR,
             _SCALAR,
         )
-        self._emit(src, dst)
-
-    # --- the Kernel protocol ---------------------------------------------------------
+        self.block = (self.block_size, 1, 1)
+        self._emit()
 
     @property
     def dtype(self) -> str:
         return self._dtype.name
 
     @property
-    def block_size(self) -> int:
-        return self._block_size
-
-    @property
-    def target(self) -> str:
-        return self._target
-
-    @property
-    def inline(self) -> bool:
-        """True (the default) when the entry point holds the body itself; False when it
-        calls the ``.func``. ptxas does not inline the call, and on an H200 it cost up to
-        7% of bandwidth (docs/design.md), so the inlined entry is what runs by default."""
-        return self._inline
-
-    @property
-    def id(self) -> str:
-        return f"{self.name}__{self._dtype.name}__{self._block_size}"
-
-    @property
-    def entry_point_name(self) -> str:
-        return f"{self.name}_entry_point"
-
-    @property
-    def kernel_source(self) -> str:
-        return self._kernel_source
-
-    @property
-    def entry_point_source(self) -> str:
-        return self._entry_point_source
-
-    @property
-    def source(self) -> str:
-        return self._kernel_source + "\n\n" + self._entry_point_source
-
-    @property
-    def content_hash(self) -> str:
-        return hashlib.sha256(self.source.encode()).hexdigest()
-
-    @property
-    def ptx_version(self) -> str:
-        return self._ptx_version
-
-    @property
-    def arg_names(self) -> tuple[str, ...]:
-        return tuple(name for name, _ in self._args)
-
-    @property
-    def arg_types(self) -> tuple[Pointer | Scalar, ...]:
-        return self._arg_types
-
-    @property
-    def block(self) -> tuple[int, int, int]:
-        return (self._block_size, 1, 1)
-
-    @property
     def grid_expression(self) -> tuple[str, str, str]:
         """How :meth:`grid` computes the launch grid, as three C expressions over
         ``n_spatial`` (rows) and the kernel's integer arguments (unsigned, integer
         division): what a runtime without Python evaluates (see ``python -m ptxgen bundle``)."""
-        bs = self._block_size
+        bs = self.block_size
         return (f"n_spatial * ((chunk_c + {bs - 1}) / {bs})", "1", "1")
 
     def grid(self, n_spatial: int, chunk_c: int) -> tuple[int, int, int]:
         """``(n_spatial * cdiv(chunk_c, block_size), 1, 1)``."""
         n_spatial = _check_count(n_spatial, "n_spatial")
         chunk_c = _check_count(chunk_c, "chunk_c")
-        return (n_spatial * _cdiv(chunk_c, self._block_size), 1, 1)
+        return (n_spatial * _cdiv(chunk_c, self.block_size), 1, 1)
 
     def __repr__(self) -> str:
-        extra = "" if self._inline else ", inline=False"
+        extra = "" if self.inline else ", inline=False"
         return (
-            f"{type(self).__name__}({self._dtype.name!r}, {self._block_size}, target={self._target!r}{extra})"
+            f"{type(self).__name__}({self._dtype.name!r}, {self.block_size}, target={self.target!r}{extra})"
         )
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.source == self.source  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash((type(self), self.content_hash))
 
     # --- emission --------------------------------------------------------------------
 
-    def _emit(self, src: str, dst: str) -> None:
-        body = Function(self.name, kind="func", visible=False)
-        params = {name: body.reg_param(name, t.ptx_type) for (name, _), t in zip(self._args, self._arg_types)}
-        self._emit_copy(body, params, src, dst)
-
-        entry = Function(self.entry_point_name, kind="entry")
-        for (name, what), t in zip(self._args, self._arg_types):
-            entry.param(name, t.ptx_type, comment=f"{t}: {what}")
-        entry.directive(f".reqntid {self._block_size}, 1, 1", feature=".reqntid")
-        regs = {p.name: entry.reg(p.name, p.type) for p in entry.params}
-        entry.banner("read the launch arguments")
-        for p in entry.params:
-            entry.inst(f"ld.param.{p.type}", regs[p.name], Addr(p))
-        if self._inline:
-            self._emit_copy(entry, regs, src, dst)
-        else:
-            entry.banner("one element per thread: the kernel body does the work")
-            entry.call(body, [regs[name] for name, _ in self._args])
-            entry.inst("ret")
-
-        features = body.features | entry.features
-        self._ptx_version = isa_max(TARGETS[self._target], *(FEATURE_ISA[f] for f in features))
-        bs = self._block_size
-        module = Module(
-            target=self._target,
-            version=self._ptx_version,
+    def _emit(self) -> None:
+        bs = self.block_size
+        src, dst = self.arg_names[0], self.arg_names[1]
+        module = PtxModule(
+            self.target,
             comment=[
-                f"{self.name}: dtype {self._dtype.name}, BLOCK_SIZE {bs}, for {self._target} and newer.",
+                f"{self.name}: dtype {self._dtype.name}, BLOCK_SIZE {bs}, for {self.target} and newer.",
                 "Written by ptxgen; regenerate rather than edit.",
                 "",
                 *self._formula.splitlines(),
@@ -219,20 +151,40 @@ class _ChannelCat:
                 *(
                     (
                         "The .func below is the kernel body; the entry point holds the same",
-                        "instructions inline, since ptxas does not inline a call and the call",
-                        "cost up to 7% of bandwidth on an H200 (docs/design.md).",
+                        "instructions inline, since ptxas does not inline a call, which cost",
+                        "up to 5.5% of bandwidth on an H200 (docs/design.md).",
                     )
-                    if self._inline
+                    if self.inline
                     else ("The entry point reads the parameters and calls the .func body.",)
                 ),
             ],
         )
-        self._kernel_source = module.header() + "\n" + body.render()
-        self._entry_point_source = entry.render()
+        body = module.func(self.name)
+        params = {name: body.reg_param(name, t.ptx_type) for name, t in zip(self.arg_names, self.arg_types)}
+        self._emit_copy(body, params, src, dst)
 
-    def _emit_copy(self, fn: Function, p: dict[str, Reg], src: str, dst: str) -> None:
+        entry = module.entry(self.entry_point_name)
+        for (name, what), t in zip(self._args, self.arg_types):
+            entry.param(name, t.ptx_type, comment=f"{t}: {what}")
+        entry.directive(".reqntid", bs, 1, 1)
+        regs = {p.name: entry.reg(p.name, p.type) for p in entry.params}  # type: ignore[union-attr]
+        entry.banner("read the launch arguments")
+        for p in entry.params:
+            entry.inst(f"ld.param.{p.type}", regs[p.name], Addr(p))  # type: ignore[union-attr]
+        if self.inline:
+            self._emit_copy(entry, regs, src, dst)
+        else:
+            entry.banner("one element per thread: the kernel body does the work")
+            entry.call(body, [regs[name] for name in self.arg_names])
+            entry.inst("ret")
+
+        self.ptx_version = module.version
+        self.kernel_source = module.header() + "\n" + body.render()
+        self.entry_point_source = entry.render()
+
+    def _emit_copy(self, fn: PtxFunction, p: dict[str, Reg], src: str, dst: str) -> None:
         """The body: find this thread's (n, ci), compute both addresses, copy one element."""
-        bs, dt = self._block_size, self._dtype
+        bs, dt = self.block_size, self._dtype
         pid, thread = fn.reg("pid", "u32"), fn.reg("thread", "u32")
         chunk_c_up, tiles = fn.reg("chunk_c_up", "u32"), fn.reg("tiles", "u32")
         n, row_first_pid = fn.reg("n", "u32"), fn.reg("row_first_pid", "u32")
@@ -243,7 +195,6 @@ class _ChannelCat:
         src_index, dst_index = fn.reg(f"{src}_index", "u64"), fn.reg(f"{dst}_index", "u64")
         src_addr, dst_addr = fn.reg(f"{src}_addr", "u64"), fn.reg(f"{dst}_addr", "u64")
         value = fn.reg("value", dt.reg_type)
-        done = fn.label("done")
 
         fn.banner("which row (n) and which channel (ci) this thread owns")
         fn.inst("mov.u32", pid, SPECIAL_REGS["ctaid.x"], comment="one CTA per (row, tile of channels)")
@@ -265,35 +216,27 @@ class _ChannelCat:
 
         fn.banner("threads past the end of the row have nothing to do")
         fn.inst("setp.ge.u32", past_end, ci, p["chunk_c"], comment="only the last tile of a row")
-        fn.inst("bra", done, guard=past_end)
+        with fn.unless(past_end, label="done"):
+            fn.banner("element indices in 64 bits: n * c_total can pass 2**31 elements")
+            fn.inst("cvt.u64.u32", ci_wide, ci)
+            fn.inst("add.u32", channel, p["chunk_offset"], ci, comment="< c_total, so it fits 32 bits")
+            fn.inst("cvt.u64.u32", channel_wide, channel)
+            wide_index, narrow_index = (src_index, dst_index) if self._gather else (dst_index, src_index)
+            fn.inst("mad.wide.u32", wide_index, n, p["c_total"], channel_wide,
+                    comment="n * c_total + chunk_offset + ci")  # fmt: skip
+            fn.inst("mad.wide.u32", narrow_index, n, p["chunk_c"], ci_wide, comment="n * chunk_c + ci")
 
-        fn.banner("element indices in 64 bits: n * c_total can pass 2**31 elements")
-        fn.inst("cvt.u64.u32", ci_wide, ci)
-        fn.inst("add.u32", channel, p["chunk_offset"], ci, comment="< c_total, so it fits 32 bits")
-        fn.inst("cvt.u64.u32", channel_wide, channel)
-        wide_index, narrow_index = (src_index, dst_index) if self._gather else (dst_index, src_index)
-        fn.inst(
-            "mad.wide.u32",
-            wide_index,
-            n,
-            p["c_total"],
-            channel_wide,
-            comment="n * c_total + chunk_offset + ci",
-        )
-        fn.inst("mad.wide.u32", narrow_index, n, p["chunk_c"], ci_wide, comment="n * chunk_c + ci")
+            size = dt.itemsize
+            fn.banner(f"byte addresses: base + index * {size} ({dt.name} is {size} byte{'s' * (size > 1)})")
+            for name, index, addr in ((src, src_index, src_addr), (dst, dst_index, dst_addr)):
+                if size == 1:
+                    fn.inst("add.u64", addr, p[name], index, comment=f"&{name}[{name}_index]")
+                else:
+                    fn.inst("mad.lo.u64", addr, index, size, p[name], comment=f"&{name}[{name}_index]")
 
-        size = dt.itemsize
-        fn.banner(f"byte addresses: base + index * {size} ({dt.name} is {size} byte{'s' * (size > 1)})")
-        for name, index, addr in ((src, src_index, src_addr), (dst, dst_index, dst_addr)):
-            if size == 1:
-                fn.inst("add.u64", addr, p[name], index, comment=f"&{name}[{name}_index]")
-            else:
-                fn.inst("mad.lo.u64", addr, index, size, p[name], comment=f"&{name}[{name}_index]")
-
-        fn.banner(f"copy one element; {src} is only read, so it may use the non-coherent path")
-        fn.inst(f"ld.global.nc.{dt.mem_type}", value, Addr(src_addr))
-        fn.inst(f"st.global.{dt.mem_type}", Addr(dst_addr), value)
-        fn.place(done)
+            fn.banner(f"copy one element; {src} is only read, so it may use the non-coherent path")
+            fn.inst(f"ld.global.nc.{dt.mem_type}", value, Addr(src_addr))
+            fn.inst(f"st.global.{dt.mem_type}", Addr(dst_addr), value)
         fn.inst("ret")
 
 

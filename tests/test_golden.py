@@ -1,0 +1,58 @@
+"""Golden PTX: every shipped kernel at two dtypes and two block sizes, compared exactly.
+
+Any change to emitted PTX shows up as a diff of tests/golden/ in review. After an
+intended change, rewrite them with
+
+    python -m pytest tests/test_golden.py --update-golden
+
+and commit the diff with the change that caused it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import ptxgen
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+# (kernel class, dtype, block size, target, options): two dtypes x two block sizes per kernel,
+# a power of two (a shift) and not (a multiply-high), two targets, and the calling variant.
+CASES = [
+    (cls, dtype, block_size, target, options)
+    for cls in ptxgen.KERNELS.values()
+    for dtype, block_size, target in (("f32", 128, "sm_75"), ("u8", 96, "sm_90"))
+    for options in ({}, {"inline": False})
+    if not options or dtype == "f32"
+] + [(cls, "bf16", 256, "sm_80", {}) for cls in ptxgen.KERNELS.values()]
+
+
+def golden_name(cls, dtype, block_size, target, options) -> str:
+    kernel = cls(dtype, block_size, target=target, **options)
+    suffix = "".join(f"__{k}={v}" for k, v in sorted(options.items()))
+    return f"{kernel.id}__{target}{suffix}.ptx"
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: golden_name(*case).removesuffix(".ptx"))
+def test_emitted_ptx_matches_golden(case, request):
+    cls, dtype, block_size, target, options = case
+    source = cls(dtype, block_size, target=target, **options).source
+    path = GOLDEN / golden_name(*case)
+    if request.config.getoption("--update-golden"):
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(source)
+        return
+    assert path.exists(), f"{path.name} is missing: run python -m pytest tests/test_golden.py --update-golden"
+    assert source == path.read_text(), (
+        f"{path.name} differs from the emitted PTX; if the change is intended, rewrite the golden files "
+        "(python -m pytest tests/test_golden.py --update-golden) and commit the diff"
+    )
+
+
+def test_every_shipped_kernel_has_golden_files():  # after the rewrite, when --update-golden
+    named = {case[0] for case in CASES}
+    assert named == set(ptxgen.KERNELS.values())
+    on_disk = {p.name for p in GOLDEN.glob("*.ptx")}
+    assert on_disk == {golden_name(*case) for case in CASES}, "stale or missing golden files"

@@ -14,6 +14,7 @@ Imports nothing outside the standard library.
 
 from .args import ArgType, ParamSlot, Pointer, Scalar, param_layout
 from .dtypes import DTYPES, DType, resolve_dtype
+from .footprint import Footprint, FootprintError
 from .function import PtxFunction, PtxModule
 from .kernel import Kernel, KernelBase, PtxKernel
 from .kernels import BLOCK_SIZES, ChannelCatBackward, ChannelCatForward
@@ -37,6 +38,8 @@ __all__ = [
     "ChannelCatBackward",
     "ChannelCatForward",
     "DType",
+    "Footprint",
+    "FootprintError",
     "Kernel",
     "KernelBase",
     "Pair",

@@ -17,12 +17,13 @@ handles row ``pid / tiles`` and channels ``(pid % tiles) * BLOCK_SIZE + tid``, w
 from __future__ import annotations
 
 import operator
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from typing import ClassVar
 
 from ..args import Pointer, Scalar
 from ..arith import magic_divisor
 from ..dtypes import resolve_dtype
+from ..footprint import Footprint, FootprintError
 from ..function import PtxFunction, PtxModule
 from ..kernel import KernelBase
 from ..ptxtypes import SPECIAL_REGS, Addr, Reg
@@ -125,6 +126,51 @@ class _ChannelCat(KernelBase):
         n_spatial = _check_count(n_spatial, "n_spatial")
         chunk_c = _check_count(chunk_c, "chunk_c")
         return (n_spatial * _cdiv(chunk_c, self.block_size), 1, 1)
+
+    def footprints(
+        self, grid: tuple[int, int, int], block: tuple[int, int, int], scalars: Mapping[str, int]
+    ) -> tuple[Footprint, Footprint]:
+        """What a launch with this grid and these scalars touches through ``src`` and ``dst``.
+
+        Exact, from the launch contract: CTA ``pid`` covers row ``pid / tiles`` and
+        channels ``(pid % tiles) * BLOCK_SIZE + tid`` below ``chunk_c``, so the last CTA
+        decides the extent; ``grid.y``/``grid.z`` repeat the same work. Raises
+        :class:`FootprintError` when ``chunk_offset + chunk_c > c_total`` (the chunk
+        would spill into the next row) or the block is not the kernel's.
+        """
+        chunk_c, c_total, offset = scalars["chunk_c"], scalars["c_total"], scalars["chunk_offset"]
+        if offset + chunk_c > c_total:
+            raise FootprintError(
+                f"{self.name}: chunk_offset + chunk_c = {offset} + {chunk_c} = {offset + chunk_c} "
+                f"exceeds c_total = {c_total}: the chunk must lie within a row"
+            )
+        if tuple(block) != self.block:
+            raise FootprintError(f"{self.name} is built for block {self.block}, not {tuple(block)}")
+        src, dst = self.arg_names[0], self.arg_names[1]
+        size = self._dtype.itemsize
+        wide = narrow = 0
+        if grid[0] > 0 and chunk_c > 0:
+            tiles = _cdiv(chunk_c, self.block_size)
+            last_row, last_tile = divmod(grid[0] - 1, tiles)
+            last_ci = min(chunk_c - 1, last_tile * self.block_size + self.block_size - 1)
+            wide = last_row * c_total + offset + last_ci + 1
+            narrow = last_row * chunk_c + last_ci + 1
+        src_elements, dst_elements = (wide, narrow) if self._gather else (narrow, wide)
+        return (
+            Footprint(src, src_elements, size, size, writes=False),
+            Footprint(dst, dst_elements, size, size, writes=True),
+        )
+
+    @property
+    def footprint_expressions(self) -> dict[str, str]:
+        """The footprints of a launch on :attr:`grid_expression`'s grid, as C expressions
+        (64-bit unsigned) over ``n_spatial`` and the kernel's integer arguments: elements
+        touched from each pointer, plus ``requires``, the condition the scalars must meet."""
+        wide = "(n_spatial == 0 || chunk_c == 0) ? 0 : (n_spatial - 1) * c_total + chunk_offset + chunk_c"
+        narrow = "n_spatial * chunk_c"
+        src, dst = self.arg_names[0], self.arg_names[1]
+        src_expr, dst_expr = (wide, narrow) if self._gather else (narrow, wide)
+        return {src: src_expr, dst: dst_expr, "requires": "chunk_offset + chunk_c <= c_total"}
 
     def __repr__(self) -> str:
         extra = "" if self.inline else ", inline=False"

@@ -50,11 +50,11 @@ class Pointer:
 
 
 _SCALARS = {
-    # name: (bits, signed, struct format)
-    "i32": (32, True, "i"),
-    "u32": (32, False, "I"),
-    "i64": (64, True, "q"),
-    "u64": (64, False, "Q"),
+    # name: (bits, signed, struct format, the PTX type it is declared as by default)
+    "i32": (32, True, "i", "s32"),
+    "u32": (32, False, "I", "u32"),
+    "i64": (64, True, "q", "s64"),
+    "u64": (64, False, "Q", "u64"),
 }
 
 
@@ -75,7 +75,7 @@ class Scalar:
     def __post_init__(self) -> None:
         if self.name not in _SCALARS:
             raise ValueError(f"unknown scalar type {self.name!r}; accepted: {', '.join(_SCALARS)}")
-        ptx = self.ptx_type or self.name.replace("i", "s")
+        ptx = self.ptx_type or _SCALARS[self.name][3]
         if ptx not in ("s32", "u32", "b32", "s64", "u64", "b64"):
             raise ValueError(f"unknown PTX parameter type {ptx!r}")
         if int(ptx[1:]) != _SCALARS[self.name][0]:
@@ -92,13 +92,13 @@ class Scalar:
 
     @property
     def min(self) -> int:
-        bits, signed, _ = _SCALARS[self.name]
+        bits, signed, _, _ = _SCALARS[self.name]
         api_min = -(1 << (bits - 1)) if signed else 0
         return max(api_min, 0) if self.ptx_type[0] == "u" else api_min
 
     @property
     def max(self) -> int:
-        bits, signed, _ = _SCALARS[self.name]
+        bits, signed, _, _ = _SCALARS[self.name]
         api_max = (1 << (bits - 1)) - 1 if signed else (1 << bits) - 1
         ptx_max = (1 << (bits - 1)) - 1 if self.ptx_type[0] == "s" else (1 << bits) - 1
         return min(api_max, ptx_max)

@@ -50,6 +50,7 @@ def no_device(monkeypatch):
 # --- checks and messages ---------------------------------------------------------------
 
 DY = FakeArray((4, 10, 3))
+# fmt: off
 BACKWARD_CASES = [
     # (args, kwargs, exception, message fragment)
     ((DY, [4, 6]), {"dim": 3}, ValueError, "dim 3 is out of range for dy of rank 3 (shape (4, 10, 3)); accepted: -3..2"),
@@ -84,6 +85,7 @@ BACKWARD_CASES = [
     ((DY, [4, 6]), {"out": [FakeArray((4, 4, 3), ptr=1 << 44), np.zeros((4, 6, 3), np.float32)]}, TypeError,
      "out[1]: ndarray lives in host (CPU) memory"),
 ]
+# fmt: on
 
 
 @pytest.mark.parametrize("args, kwargs, exc, message", BACKWARD_CASES)
@@ -95,6 +97,7 @@ def test_backward_refuses_bad_input_before_the_device(no_device, args, kwargs, e
 
 
 X0, X1 = FakeArray((2, 3, 5), ptr=1 << 40), FakeArray((2, 4, 5), ptr=1 << 41)
+# fmt: off
 FORWARD_CASES = [
     (([],), {}, ValueError, "xs is empty; give at least one array to concatenate"),
     ((X0,), {}, TypeError, "xs must be a list or tuple of arrays, not FakeArray"),
@@ -109,6 +112,7 @@ FORWARD_CASES = [
     (([X0, X1],), {"out": FakeArray((2, 7, 5), ptr=(1 << 41) + 64)}, ValueError, "xs[1] and out overlap"),
     (([X0, X1],), {"out": FakeArray((2, 7, 5), "i64", ptr=1 << 42)}, TypeError, "out is i64, expected f32"),
 ]
+# fmt: on
 
 
 @pytest.mark.parametrize("args, kwargs, exc, message", FORWARD_CASES)
@@ -138,7 +142,8 @@ def test_inputs_may_share_memory_but_valid_calls_reach_the_device(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "width, block", [(1, 32), (3, 32), (32, 32), (33, 64), (48, 64), (128, 128), (200, 224), (256, 256), (10**6, 256)]
+    "width, block",
+    [(1, 32), (3, 32), (32, 32), (33, 64), (48, 64), (128, 128), (200, 224), (256, 256), (10**6, 256)],
 )
 def test_seed_block_size(width, block):
     assert seed_block_size(width) == block
@@ -240,7 +245,9 @@ def test_shapes_past_the_seed_limits_are_cut_on_the_real_limits():
 
 def test_a_plan_needing_too_many_launches_is_refused():
     problem = Problem("backward", ptxgen.resolve_dtype("u8"), MAX_STEPS + 1, (2**31 - 256, 300))
-    with pytest.raises(ValueError, match=r"would need 65537 launches for piece 0; more than 65536 is refused"):
+    with pytest.raises(
+        ValueError, match=r"would need 65537 launches for piece 0; more than 65536 is refused"
+    ):
         make_plan(problem, DeviceTraits())
 
 
@@ -269,7 +276,9 @@ def test_the_variant_table_is_read_in_order_of_preference():
     assert p.steps[0].grid == (1, 1, 1)
     fused = Variant("fused", "op", frozenset({"backward"}), lambda pr, t: pr.rows < 100, lambda pr, t: [])
     assert make_plan(problem, DeviceTraits(), [fused, vector, plan.SEED]).variants == ("fused",)
-    assert make_plan(Problem("forward", f32, 10, (4,)), DeviceTraits(), [fused, plan.SEED]).variants == ("seed",)
+    assert make_plan(Problem("forward", f32, 10, (4,)), DeviceTraits(), [fused, plan.SEED]).variants == (
+        "seed",
+    )
     with pytest.raises(ValueError, match="no kernel variant accepts piece 1"):
         make_plan(problem, DeviceTraits(), [vector])
     with pytest.raises(ValueError, match="scope must be 'op' or 'chunk'"):
@@ -378,7 +387,9 @@ def test_the_ops_split_and_join_like_numpy(emulated, shape, sizes, dim):
 def test_a_shape_is_planned_once_and_replanned_for_new_alignments(emulated, monkeypatch):
     made = []
     real = ops.make_plan
-    monkeypatch.setattr(ops, "make_plan", lambda problem, traits: made.append(problem) or real(problem, traits))
+    monkeypatch.setattr(
+        ops, "make_plan", lambda problem, traits: made.append(problem) or real(problem, traits)
+    )
     data = np.arange(6 * 10, dtype=np.float32).reshape(6, 10)
     dy = emulated.array((6, 10), "f32", data)
     for _ in range(3):

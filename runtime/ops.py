@@ -26,7 +26,7 @@ from typing import Any
 
 from ptxgen.dtypes import DTYPES, DType
 
-from ._driver import check, driver
+from ._driver import driver
 from .device import Device
 from .interop import describe
 from .memory import DeviceArray
@@ -158,14 +158,15 @@ def _check_no_overlap(op: str, named: Sequence[tuple[str, _Array]], outputs: set
 def _pointer_ordinal(op: str, what: str, ptr: int) -> int:
     """The GPU that ``ptr`` lives on (CAI does not say); refuses memory CUDA does not know."""
     drv = driver()
-    Device(0)._activate()  # the query needs a context; UVA answers for every device
+    Device(0)._activate()  # the query needs a context; unified addressing answers for every GPU
     err, ordinal = drv.cuPointerGetAttribute(drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
-    if int(err) == int(drv.CUresult.CUDA_ERROR_INVALID_VALUE):
+    if err != drv.CUresult.CUDA_SUCCESS or int(ordinal) < 0:
+        name = getattr(err, "name", str(err)) if err != drv.CUresult.CUDA_SUCCESS else f"ordinal {ordinal}"
         raise TypeError(
-            f"{op}: {what} points at {ptr:#x}, which no CUDA context knows: host memory? "
+            f"{op}: {what} points at {ptr:#x}, which no CUDA context knows ({name}): host memory? "
             "Pass device memory (runtime.Device.to_device, torch's .cuda())"
         )
-    return int(check("cuPointerGetAttribute", (err, ordinal)))
+    return int(ordinal)
 
 
 def _device_for(op: str, named: Sequence[tuple[str, _Array]]) -> Device:

@@ -251,11 +251,19 @@ def environment(dev: Any, torch: Any, ctx: Context) -> dict[str, Any]:
     }
 
 
+def method_order(results: list[dict[str, Any]], ceilings: bool = False) -> list[str]:
+    """Method names as first seen, ours before peers (ceilings first where asked)."""
+    rank = {"ceiling": 0, "ours": 1, "peer": 2}
+    group = {r["method"]: r["method_group"] for r in results}
+    names = [m for m in dict.fromkeys(r["method"] for r in results) if ceilings or group[m] != "ceiling"]
+    return sorted(names, key=lambda m: rank.get(group[m], 3))
+
+
 def _cell(row: dict[str, Any] | None) -> str:
     if row is None:
-        return ""
-    if row["status"] == "skipped":
         return "–"
+    if row["status"] == "skipped":
+        return "skipped"
     if row["status"] == "failed":
         return "fails"
     text = f"{row['GBps']:,.0f}"
@@ -265,7 +273,7 @@ def _cell(row: dict[str, Any] | None) -> str:
 def table(results: list[dict[str, Any]]) -> str:
     """Markdown: one row per case, GB/s of every method, the ceiling, our best against
     the best peer."""
-    methods = list(dict.fromkeys(r["method"] for r in results if r["method_group"] != "ceiling"))
+    methods = method_order(results)
     cases = list(dict.fromkeys((r["op"], r["pretty_shape"], r["dtype"]) for r in results))
     head = ["op", "shape", "dtype", "ceiling", *methods, "ours / best peer"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -311,7 +319,8 @@ def generated_section(doc: dict[str, Any]) -> str:
         f"{env['gpu']}, driver {env['driver']}, {env['date']}; {doc['runs']}; "
         f"device copy ceiling {doc['ceiling_GBps']:,.0f} GB/s; the run took {doc['elapsed_s']:.0f} s.\n\n"
         "GB/s on honest traffic (bytes written + 32-byte sectors read); ceiling: the better flat copy of "
-        "the same bytes in the same run; – not applicable; `fails`: the method raised (below).\n\n"
+        "the same bytes in the same run; – not applicable; `skipped`: its library is missing; "
+        "`fails`: the method raised (below).\n\n"
         f"{table(doc['results'])}\n\n"
         + (f"Failures:\n\n{fail_lines}\n" if failures else "")
         + "Kernel variants, in the planner's order of preference (`runtime/plan.py`):\n\n"
@@ -395,7 +404,7 @@ def plot(path: Path, doc: dict[str, Any]) -> str | None:
         return f"no plot: matplotlib is not importable ({err})"
     results = doc["results"]
     panels = list(dict.fromkeys((r["op"], r["pretty_shape"]) for r in results))
-    methods = list(dict.fromkeys(r["method"] for r in results if r["method_group"] != "ceiling"))
+    methods = method_order(results)
     colors = {m: plt.get_cmap("tab20")(i % 20) for i, m in enumerate(methods)}
     cols = min(4, len(panels))
     rows = -(-len(panels) // cols)
@@ -420,9 +429,13 @@ def plot(path: Path, doc: dict[str, Any]) -> str | None:
         ax.axis("off")
     handles = [plt.Rectangle((0, 0), 1, 1, color=colors[m]) for m in methods]
     handles.append(plt.Line2D([0], [0], color="black"))
-    fig.legend(handles, [*methods, "copy ceiling (same bytes)"], loc="upper center", ncol=4, fontsize=8)
-    fig.suptitle(f"{doc['gpu']}, {doc['date']}: GB/s on honest traffic", y=0.995, fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 1.0 / (3.6 * rows + 1.2)))
+    title = f"{doc['gpu']}, {doc['date']}: GB/s on honest traffic (bytes written + 32-byte sectors read)"
+    legend = fig.legend(
+        handles, [*methods, "copy ceiling (same bytes)"], loc="upper center", ncol=4, fontsize=8, title=title
+    )
+    fig.canvas.draw()  # the legend's height, in figure coordinates, decides where the panels start
+    top = 1 - legend.get_window_extent().height / fig.bbox.height - 0.005
+    fig.tight_layout(rect=(0, 0, 1, top))
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return None
@@ -430,7 +443,7 @@ def plot(path: Path, doc: dict[str, Any]) -> str | None:
 
 def print_summary(doc: dict[str, Any]) -> None:
     print(f"\n{doc['gpu']}, driver {doc['driver']}; ceiling {doc['ceiling_GBps']:,.0f} GB/s; {doc['runs']}")
-    methods = list(dict.fromkeys(r["method"] for r in doc["results"]))
+    methods = method_order(doc["results"], ceilings=True)
     short = {m: m.split(": ")[-1][:12] for m in methods}
     print(f"{'case':<40}" + "".join(f"{short[m]:>13}" for m in methods))
     cases = list(dict.fromkeys((r["op"], r["shape"], r["dtype"]) for r in doc["results"]))
@@ -453,7 +466,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--spin-us", type=float, default=300.0, help="GPU hold before each timed run")
     p.add_argument("--blocks", default="", help="also time the seed kernel at these block sizes")
     p.add_argument("--out-dir", type=Path, default=ROOT / "docs" / "perf")
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="redraw the plot and README from OUT_DIR/results.json (no GPU)",
+    )
     args = p.parse_args(argv)
+    if args.report_only:
+        doc = json.loads((args.out_dir / "results.json").read_text())
+        problem = plot(args.out_dir / "bandwidth.png", doc)
+        write_readme(args.out_dir / "README.md", doc, ROOT / "docs" / "perf" / "README.md")
+        print(problem or f"wrote {args.out_dir / 'bandwidth.png'} and {args.out_dir / 'README.md'}")
+        return 0
     reps = args.reps if args.reps is not None else (10 if args.quick else 20)
     if reps < 1 or args.warmup < 0:
         p.error("--reps must be >= 1 and --warmup >= 0")

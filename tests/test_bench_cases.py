@@ -220,3 +220,15 @@ def test_tile_candidates_fit_the_grid_and_the_row():
     assert tile_candidates(48, 10) == [(64, 64), (128, 32), (256, 16), (512, 8), (1024, 4)]
     assert all(-(-401408 // bc) <= 65535 for _, bc in tile_candidates(401408, 128))
     assert copy16_grid(10, 132) == 1 and copy16_grid(10**9, 132) == 8 * 132
+
+
+def test_report_only_redraws_from_the_json(tmp_path):
+    import json
+    import subprocess
+
+    (tmp_path / "results.json").write_text(json.dumps(fake_doc()))
+    run = [sys.executable, "scripts/bench.py", "--report-only", "--out-dir", str(tmp_path)]
+    out = subprocess.run(run, cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    text = (tmp_path / "README.md").read_text()
+    assert "| split | 4,194,304 × (1+3) | u8 | 2,000 | 800 |" in text

@@ -196,31 +196,38 @@ def _device_for(op: str, named: Sequence[tuple[str, _Array]]) -> Device:
 
 
 class _Compiled:
-    """A plan with its functions loaded on one device."""
+    """A plan with its functions loaded on one device, and its launches prepared per stream."""
+
+    _STREAMS = 8  # prepared launch sets kept; more streams than this start over
 
     def __init__(self, device: Device, plan: Plan) -> None:
         self.plan = plan
         self.steps = [(device.load(s.kernel).function, s) for s in plan.steps]
         self._prepared: dict[int, list[Any]] = {}
 
-    def launch(self, bases: Sequence[int], stream: Any, handle: int) -> None:
-        """Launch every step with pointers rebased on ``bases`` (piece i, then wide)."""
-        prepared = self._prepared.get(handle)
+    def launch(self, bases: Sequence[int], stream: int) -> None:
+        """Launch every step on the stream handle ``stream``, pointers rebased on
+        ``bases`` (piece i at index i, the wide array last)."""
+        prepared = self._prepared.get(stream)
         if prepared is None:
-            prepared = self._prepared[handle] = [_prepare(fn, step, stream) for fn, step in self.steps]
+            if len(self._prepared) >= self._STREAMS:
+                self._prepared.clear()
+            prepared = self._prepared[stream] = [_prepare(fn, step, stream) for fn, step in self.steps]
         for launch, (_fn, step) in zip(prepared, self.steps):
             launch(tuple(bases[a.array] + a.byte_offset if a.__class__ is Ptr else a for a in step.args))
 
 
-def _prepare(fn: Any, step: Any, stream: Any) -> Any:
+def _prepare(fn: Any, step: Any, stream: int) -> Any:
     """A callable taking a step's argument tuple: ``fn.prepare`` where the runtime has
-    prepared launches, else ``fn.launch`` with the step's geometry."""
+    prepared launches, else ``fn.launch`` with the step's geometry. Streams go as raw
+    handles, so a stream object closed since cannot be launched on by mistake."""
     if hasattr(fn, "prepare"):
         extra = {"shared_mem": step.shared_mem} if step.shared_mem else {}
         prepared = fn.prepare(step.grid, step.block, stream=stream, **extra)
         return lambda args: prepared(*args)
     grid, block, shared = step.grid, step.block, step.shared_mem
-    return lambda args: fn.launch(grid, block, args, stream=stream, shared_mem=shared)
+    on = stream or None  # None: the launcher's ready-made default-stream handle
+    return lambda args: fn.launch(grid, block, args, stream=on, shared_mem=shared)
 
 
 _plans: weakref.WeakKeyDictionary[Device, dict[tuple[Any, ...], _Compiled]] = weakref.WeakKeyDictionary()
@@ -306,7 +313,7 @@ def channel_cat_backward(
         results = list(out)
         bases = [a.ptr for a in outs]
     bases.append(src.ptr)  # last, so that Ptr(WIDE == -1) finds it
-    compiled.launch(bases, stream, handle)
+    compiled.launch(bases, handle)
     return results
 
 
@@ -361,5 +368,5 @@ def channel_cat_forward(xs: Sequence[Any], dim: int = 1, *, out: Any = None, str
     result = device.empty(shape, dtype) if out is None else out
     bases = [a.ptr for a in srcs]
     bases.append(result.ptr if out is None else dst.ptr)  # last: Ptr(WIDE == -1)
-    compiled.launch(bases, stream, handle)
+    compiled.launch(bases, handle)
     return result

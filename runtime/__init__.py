@@ -17,6 +17,7 @@ from .device import Device
 from .errors import CudaError, CudaUnavailable, PtxLoadError
 from .memory import DeviceArray
 from .module import Function, Module
+from .ops import channel_cat_backward, channel_cat_forward
 from .stream import Event, Stream
 
 __all__ = [
@@ -29,6 +30,8 @@ __all__ = [
     "Module",
     "PtxLoadError",
     "Stream",
+    "channel_cat_backward",
+    "channel_cat_forward",
     "is_available",
     "unavailable_reason",
 ]

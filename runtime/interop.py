@@ -70,6 +70,7 @@ class ArrayInfo:
     readonly: bool
     contiguous: bool
     device_id: int | None  # None where the interface does not say (CAI)
+    shape: tuple[int, ...] = ()  # the extents, row-major
 
 
 def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...] | None, itemsize: int) -> bool:
@@ -101,6 +102,7 @@ def _from_cai(cai: dict[str, Any]) -> ArrayInfo:
         readonly=bool(readonly),
         contiguous=_c_contiguous(shape, tuple(strides) if strides else None, itemsize),
         device_id=None,
+        shape=shape,
     )
 
 
@@ -136,6 +138,7 @@ def _from_dlpack(obj: Any, stream: int) -> ArrayInfo:
         readonly=False,
         contiguous=_c_contiguous(shape, tuple(s * itemsize for s in strides) if strides else None, itemsize),
         device_id=int(device_id),
+        shape=shape,
     )
     del capsule  # unconsumed: its own destructor hands the tensor back to the producer
     return info

@@ -1,248 +1,550 @@
 #!/usr/bin/env python3
-"""Benchmark channel_cat kernels against the copy ceiling and PyTorch, with CUDA events.
+"""Benchmark channel_cat: this project's kernels and ops against the copy ceiling,
+PyTorch, CuPy, the driver's 2-D copy and Triton, on one GPU, in one run.
 
-For each dtype: a gather of ``chunk_c`` of ``c_total`` channels over ``n_spatial``
-rows (hundreds of MB, well past the 60 MB L2), timed as the median of many
-single-launch event pairs after warm-up, on fresh random data, every result
-checked. Variants are interleaved launch by launch so drift hits all alike.
+Cases (scripts/bench_cases.py): a gather of one piece, a whole split and a whole
+concat, over the issue's shapes in 1-, 2-, 4- and 8-byte types, small shapes for
+latency, and YOLO C2f-like bf16 shapes. Methods (scripts/bench_methods.py): one
+registry entry each.
 
-    * ceiling: cuMemcpyDtoD of the same number of bytes (read + write counted)
-    * torch:   dx.copy_(dy[:, off:off+c])  -- the peer
-    * inline:  the emitted kernel as it ships: body inlined in the entry point
-    * call:    the entry point calling the .func body (inline=False)
-    * inline#2: the shipped kernel again, to show run-to-run spread
+How each case is measured:
+  * fresh random bits in the inputs; every method checked bit for bit against
+    PyTorch's slicing after a run into poisoned outputs (``correct``);
+  * CUDA events around one run of the op, on the default stream; before each, a spin
+    kernel holds the GPU for --spin-us while the host queues the op (so host launch
+    cost stays out of device time) and, where the case moves less than 256 MB, a
+    256 MB memset flushes the L2 (60 MB on an H200);
+  * methods interleaved run by run, --reps runs each after --warmup, the median taken;
+  * GB/s = honest traffic / time: bytes written plus every 32-byte sector of the
+    source that holds needed bytes;
+  * the ceiling: the better of cuMemcpyDtoD and a flat 16-byte copy kernel (PTX,
+    hand-written) moving the same number of bytes, in the same run.
 
-Two shapes: narrow rows (128 of 256 channels, 1M rows) and wide rows (8192 of
-16384 channels, 16K rows). Also reports host time per ``Function.launch`` call and
-where it goes, in batches short enough not to fill the launch queue. Writes JSON to $OUT/bench.json
-(or --json PATH) and prints a table last.
+Writes results.json, bandwidth.png and the generated part of README.md to --out-dir
+(default docs/perf) and prints a table last.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
-import os
+import re
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
-import ptxgen
-import runtime
-from runtime._driver import check, driver
+from bench_cases import DTYPES, Case, all_cases, quick_cases  # noqa: E402
+from bench_methods import METHODS, SPIN, Buffers, Method, Runner, Unsupported, seed_with_block  # noqa: E402
 
-# name: (n_spatial, c_total, chunk_c, offset, block_size)
-SHAPES = {
-    "narrow": (1 << 20, 256, 128, 64, 128),
-    "wide": (1 << 14, 16384, 8192, 4096, 256),
-}
+import runtime  # noqa: E402
+from runtime._driver import check, driver  # noqa: E402
+from runtime.plan import VARIANTS, seed_block_size  # noqa: E402
 
-
-def per_call_us(fn, batch: int = 200, samples: int = 15, drain=None) -> float:
-    """Median host microseconds per call of ``fn``, in batches the launch queue absorbs."""
-    times = []
-    for _ in range(samples):
-        if drain:
-            drain()
-        t0 = time.perf_counter()
-        for _ in range(batch):
-            fn()
-        times.append((time.perf_counter() - t0) / batch * 1e6)
-    return statistics.median(times)
+FLUSH_BYTES = 256 << 20
+BEGIN, END = "<!-- results:begin (written by scripts/bench.py) -->", "<!-- results:end -->"
+POISON = 0xA5
 
 
-def host_overhead(dev, stream, torch) -> dict[str, float]:
-    """Host time of one checked launch (nothing waited for) and of its parts."""
-    from runtime.stream import stream_handle
+class Context:
+    """What methods share: the device, the libraries, the timing machinery."""
 
-    k = ptxgen.ChannelCatBackward("f32", 128)
-    fn = dev.load(k).function
-    a, b = dev.empty((1, 2), "f32"), dev.empty((1, 1), "f32")
-    grid, block = k.grid(1, 1), k.block
-    drv = driver()
-    arrays, ints = (a, b, 1, 2, 0), (a.ptr, b.ptr, 1, 2, 0)
-    drain = stream.synchronize
-    out = {
-        "launch(DeviceArray)": per_call_us(
-            lambda: fn.launch(grid, block, arrays, stream=stream), drain=drain
-        ),
-        "launch(int)": per_call_us(lambda: fn.launch(grid, block, ints, stream=stream), drain=drain),
-        "check_geometry": per_call_us(lambda: fn._check_geometry(grid, block, 0)),
-        "stream_handle": per_call_us(lambda: stream_handle(stream)),
-        "pack_args": per_call_us(lambda: fn.pack_args(arrays)),
-        "activate": per_call_us(dev._activate),
-        "cuCtxGetCurrent": per_call_us(drv.cuCtxGetCurrent),
-    }
-    fn._fill_slots(fn.pack_args(arrays))
-    h, handle, params = stream.handle, fn._handle, fn._params_address
-    out["raw cuLaunchKernel"] = per_call_us(
-        lambda: drv.cuLaunchKernel(handle, 1, 1, 1, 128, 1, 1, 0, h, params, 0), drain=drain
-    )
-    if torch is not None:
-        ta, tb = torch.zeros((1, 2), device="cuda"), torch.zeros((1, 1), device="cuda")
-        out["launch(torch)"] = per_call_us(
-            lambda: fn.launch(grid, block, (ta, tb, 1, 2, 0), stream=stream), drain=drain
-        )
-    stream.synchronize()
-    a.close()
-    b.close()
+    def __init__(self, dev: Any, torch: Any, spin_us: float, tune_reps: int, tile_choices: int) -> None:
+        self.dev, self.torch, self.drv = dev, torch, driver()
+        self.modules: dict[str, Any] = {}
+        for name in ("triton", "cupy"):
+            try:
+                self.modules[name] = __import__(name)
+            except Exception as err:  # a broken install says more than ImportError
+                self.modules[name] = f"{name} is not importable here ({type(err).__name__}: {err})"
+        self._spin = dev.load(SPIN).function
+        self._spin_ns = int(spin_us * 1000)
+        self._flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+        self._events: list[tuple[Any, Any]] = []
+        self.flush_each_run = True
+        self.tune_reps = tune_reps
+        self.tile_choices = tile_choices  # tile shapes the tuned Triton peer tries per piece
+
+    def need(self, name: str) -> Any:
+        found = self.modules[name]
+        if isinstance(found, str):
+            raise Unsupported(found)
+        return found
+
+    def check(self, call: str, result: Any) -> Any:
+        return check(call, result)
+
+    def int_view(self, t: Any) -> Any:
+        """The same bits as an integer tensor of the same width (compares NaNs too)."""
+        torch = self.torch
+        return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+    def _event_pair(self, index: int) -> tuple[Any, Any]:
+        while len(self._events) <= index:
+            self._events.append((runtime.Event(self.dev), runtime.Event(self.dev)))
+        return self._events[index]
+
+    def _prelude(self, rep: int) -> None:
+        self._spin.launch((1, 1, 1), SPIN.block, (self._spin_ns,))
+        if self.flush_each_run:
+            check(
+                "cuMemsetD8Async",
+                self.drv.cuMemsetD8Async(self._flush.data_ptr(), rep & 0xFF, FLUSH_BYTES, 0),
+            )
+
+    def time_runs(self, runs: dict[str, Any], reps: int) -> tuple[dict[str, list[float]], dict[str, str]]:
+        """Milliseconds of each of ``reps`` runs of every callable, interleaved run by run.
+        A callable that raises is dropped and its error returned."""
+        times: dict[str, list[float]] = {name: [] for name in runs}
+        failed: dict[str, str] = {}
+        for rep in range(reps):
+            marks = []
+            for name, run in runs.items():
+                if name in failed:
+                    continue
+                start, end = self._event_pair(len(marks))
+                self._prelude(rep)
+                start.record()
+                try:
+                    run()
+                except Exception as err:
+                    failed[name] = f"{type(err).__name__}: {err}".splitlines()[0]
+                    self.torch.cuda.synchronize()  # a launch error must not be sticky
+                    continue
+                end.record()
+                marks.append((name, start, end))
+            self.dev.synchronize()
+            for name, start, end in marks:
+                times[name].append(start.elapsed_ms(end))
+        return times, failed
+
+    def tune_time(self, run: Any) -> float:
+        """Median milliseconds of a few runs, for tuning (the first run compiles)."""
+        run()
+        self.torch.cuda.synchronize()
+        times, failed = self.time_runs({"tune": run}, self.tune_reps)
+        if failed:
+            raise RuntimeError(failed["tune"])
+        return statistics.median(times["tune"])
+
+    def correct(self, runner: Runner) -> bool:
+        """Run once into poisoned outputs and compare every bit with the expected views."""
+        for out in runner.outputs:
+            out.view(self.torch.uint8).fill_(POISON)
+        runner.run()
+        self.torch.cuda.synchronize()
+        return all(self.torch.equal(self.int_view(a), self.int_view(b)) for a, b in runner.pairs)
+
+
+def torch_dtype(torch: Any, name: str) -> Any:
+    import ptxgen
+
+    return getattr(torch, ptxgen.resolve_dtype(name).numpy_name)
+
+
+def make_buffers(ctx: Context, case: Case) -> Buffers:
+    """The case's arrays, inputs filled with fresh random bits."""
+    torch = ctx.torch
+    dt = torch_dtype(torch, case.dtype)
+    wide = torch.empty((case.rows, case.channels), dtype=dt, device="cuda")
+    pieces = [torch.empty((case.rows, s), dtype=dt, device="cuda") for s in case.sizes]
+    for t in [wide] if case.op != "concat" else pieces:
+        t.view(torch.uint8).random_(0, 256)
+    return Buffers(case, wide, pieces)
+
+
+def run_case(ctx: Context, case: Case, methods: list[Method], reps: int, warmup: int) -> list[dict[str, Any]]:
+    buffers = make_buffers(ctx, case)
+    traffic = case.traffic()
+    ctx.flush_each_run = traffic < FLUSH_BYTES
+    runners: dict[str, Runner] = {}
+    entries: dict[str, dict[str, Any]] = {}
+    for m in methods:
+        entry = {"method": m.name, "method_group": m.group, "status": "ok", "error": None, "info": ""}
+        entries[m.name] = entry
+        try:
+            runners[m.name] = m.make(ctx, buffers)
+            entry["info"] = runners[m.name].info
+        except Unsupported as why:
+            entry.update(status="skipped", error=str(why))
+        except Exception as err:
+            entry.update(status="failed", error=f"{type(err).__name__}: {err}".splitlines()[0])
+            ctx.torch.cuda.synchronize()
+    if warmup:
+        _, failed = ctx.time_runs({k: r.run for k, r in runners.items()}, warmup)
+        for name, error in failed.items():
+            entries[name].update(status="failed", error=error)
+            del runners[name]
+    times, failed = ctx.time_runs({k: r.run for k, r in runners.items()}, reps)
+    for name, error in failed.items():
+        entries[name].update(status="failed", error=error)
+        del runners[name]
+    out = []
+    for name, entry in entries.items():
+        runner = runners.get(name)
+        moved = runner.traffic if runner is not None and runner.traffic else traffic
+        row = {
+            "shape": case.shape,
+            "pretty_shape": case.pretty_shape,
+            "dtype": case.dtype,
+            "op": case.op,
+            "group": case.group,
+            "traffic_bytes": moved,
+            "GBps": None,
+            "us": None,
+            "correct": None,
+            **entry,
+        }
+        if runner is not None:
+            ms = statistics.median(times[name])
+            row.update(us=round(ms * 1e3, 2), GBps=round(moved / (ms * 1e-3) / 1e9, 1))
+            row["correct"] = ctx.correct(runner)
+        out.append(row)
+    ceilings = [r["GBps"] for r in out if r["method_group"] == "ceiling" and r["GBps"] and r["correct"]]
+    for r in out:
+        r["case_ceiling_GBps"] = max(ceilings) if ceilings else None
+    del buffers, runners
+    ctx.torch.cuda.empty_cache()
     return out
+
+
+def device_ceiling(ctx: Context, reps: int) -> float:
+    """GB/s of the better copy of 1 GiB (read + written), the device's ceiling."""
+    big = Case("split", 1 << 20, (512,), "u8")  # 512 MiB each way: traffic 1 GiB, copy 512 MiB
+    rows = run_case(ctx, big, [METHODS["copy: cuMemcpyDtoD"], METHODS["copy: 16-byte PTX kernel"]], reps, 2)
+    return max(r["GBps"] for r in rows if r["GBps"] and r["correct"])
+
+
+# --- reports --------------------------------------------------------------------------------
+
+
+def environment(dev: Any, torch: Any, ctx: Context) -> dict[str, Any]:
+    driver_release = None
+    try:
+        query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+        driver_release = subprocess.run(query, capture_output=True, text=True, timeout=20).stdout.split()[0]
+    except Exception:
+        pass
+    versions = {"torch": torch.__version__}
+    for name in ("triton", "cupy"):
+        mod = ctx.modules[name]
+        versions[name] = getattr(mod, "__version__", None) if not isinstance(mod, str) else None
+    try:
+        from importlib.metadata import version
+
+        versions["cuda-bindings"] = version("cuda-bindings")
+    except Exception:
+        versions["cuda-bindings"] = None
+    return {
+        "gpu": dev.name,
+        "arch": dev.arch,
+        "driver": f"{driver_release or '?'} (CUDA {dev.driver_version[0]}.{dev.driver_version[1]})",
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "versions": versions,
+    }
+
+
+def method_order(results: list[dict[str, Any]], ceilings: bool = False) -> list[str]:
+    """Method names as first seen, ours before peers (ceilings first where asked)."""
+    rank = {"ceiling": 0, "ours": 1, "peer": 2}
+    group = {r["method"]: r["method_group"] for r in results}
+    names = [m for m in dict.fromkeys(r["method"] for r in results) if ceilings or group[m] != "ceiling"]
+    return sorted(names, key=lambda m: rank.get(group[m], 3))
+
+
+def _cell(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return "–"
+    if row["status"] == "skipped":
+        return "skipped"
+    if row["status"] == "failed":
+        return "fails"
+    text = f"{row['GBps']:,.0f}"
+    return text if row["correct"] else f"{text} WRONG"
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """Markdown: one row per case, GB/s of every method, the ceiling, our best against
+    the best peer."""
+    methods = method_order(results)
+    cases = list(dict.fromkeys((r["op"], r["pretty_shape"], r["dtype"]) for r in results))
+    head = ["op", "shape", "dtype", "ceiling", *methods, "ours / best peer"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for op, shape, dtype in cases:
+        rows = {
+            r["method"]: r for r in results if (r["op"], r["pretty_shape"], r["dtype"]) == (op, shape, dtype)
+        }
+        ceiling = next(iter(rows.values()))["case_ceiling_GBps"]
+
+        def best(group: str, rows: dict[str, Any] = rows) -> float:
+            ok = [
+                r["GBps"] for r in rows.values() if r["method_group"] == group and r["GBps"] and r["correct"]
+            ]
+            return max(ok, default=0.0)
+
+        ours, peer = best("ours"), best("peer")
+        ratio = f"{ours / peer:.2f}×" if ours and peer else ""
+        cells = [
+            op,
+            shape,
+            dtype,
+            f"{ceiling:,.0f}" if ceiling else "",
+            *(_cell(rows.get(m)) for m in methods),
+        ]
+        lines.append("| " + " | ".join([*cells, ratio]) + " |")
+    return "\n".join(lines)
+
+
+def variants_table() -> str:
+    lines = ["| variant | scope | when it is chosen |", "|---|---|---|"]
+    lines += [f"| `{v.name}` | {v.scope} | {v.when} |" for v in VARIANTS]
+    return "\n".join(lines)
+
+
+def generated_section(doc: dict[str, Any]) -> str:
+    env = doc
+    failures = [r for r in doc["results"] if r["status"] == "failed"]
+    fail_lines = "".join(
+        f"- {r['method']} on {r['op']} {r['pretty_shape']} {r['dtype']}: `{r['error']}`\n" for r in failures
+    )
+    return (
+        f"{BEGIN}\n"
+        f"{env['gpu']}, driver {env['driver']}, {env['date']}; {doc['runs']}; "
+        f"device copy ceiling {doc['ceiling_GBps']:,.0f} GB/s; the run took {doc['elapsed_s']:.0f} s.\n\n"
+        "GB/s on honest traffic (bytes written + 32-byte sectors read); ceiling: the better flat copy of "
+        "the same bytes in the same run; – not applicable; `skipped`: its library is missing; "
+        "`fails`: the method raised (below).\n\n"
+        f"{table(doc['results'])}\n\n"
+        + (f"Failures:\n\n{fail_lines}\n" if failures else "")
+        + "Kernel variants, in the planner's order of preference (`runtime/plan.py`):\n\n"
+        f"{variants_table()}\n\n"
+        f"{END}"
+    )
+
+
+README_SKELETON = """# Performance
+
+`scripts/bench.py` measures channel_cat (a gather of one piece, a whole split, a whole
+concat) against a flat copy of the same bytes, PyTorch, CuPy, the driver's 2-D copy
+and Triton. Raw numbers: `results.json`; per shape: `bandwidth.png`.
+
+## Results
+
+{generated}
+
+## How it measures
+
+- Fresh random bits in the inputs of every case; every method runs once more into
+  poisoned outputs and is compared bit for bit with PyTorch's slicing (`correct`).
+- CUDA events around one run of the op on the default stream. Before each run a spin
+  kernel holds the GPU while the host queues the op, so host launch cost stays out of
+  device time (the launch path has its own benchmark), and where the case moves less
+  than 256 MB a 256 MB memset flushes the 60 MB L2. Methods interleave run by run; the
+  median of the runs after warm-up is reported.
+- Honest traffic: bytes written plus every 32-byte sector of the source holding
+  needed bytes (`bench_cases.sector_bytes`): a slice narrower than a sector still
+  costs the sector.
+- The ceiling: the better of `cuMemcpyDtoD` and a flat copy kernel moving 16-byte
+  vectors (hand-written PTX in `scripts/bench_methods.py`), over the same number of
+  bytes, in the same run.
+- Peers: `torch` `narrow().copy_()` per piece, `split_with_sizes_copy`, `cat`; CuPy
+  `copyto` per piece; `cuMemcpy2DAsync` per piece; the seed's kernel written in
+  Triton with the seed's launch contract; a row × channel tiled Triton kernel, the
+  best of up to five tile shapes per piece.
+
+## Which kernel runs
+
+The ops (`runtime.channel_cat_backward` / `_forward`) plan each shape once from the
+table of variants in `runtime/plan.py`: the first op-scope (fused) variant that
+accepts the shape, else, per piece, the first chunk-scope variant that accepts it.
+The seed kernel takes any piece; its block is the smallest multiple of 32 holding
+the row, at most 256, and launches are cut by rows (pointers moved to each group's
+first row) where the grid would pass 2^31 - 1 CTAs, or by row and column where a
+row passes the i32 limit of its scalars.
+
+## Reproduce
+
+```sh
+python scripts/bench.py                          # everything (the record above)
+python scripts/bench.py --quick                  # a few cases, a first look
+python scripts/bench.py --only 'split .* bf16'   # cases whose name matches
+python scripts/bench.py --blocks 64,128,256,1024 # add the seed kernel at fixed blocks
+```
+
+Case names read `OP SHAPE DTYPE`, e.g. `gather 524288x80->48@32 u8` or
+`split 102400x(64*3) bf16`. Needs PyTorch (the reference); Triton and CuPy are used
+where they import.
+"""
+
+
+def write_readme(path: Path, doc: dict[str, Any], source: Path) -> None:
+    text = source.read_text() if source.exists() else README_SKELETON.format(generated=f"{BEGIN}\n{END}")
+    if BEGIN not in text or END not in text:
+        text = text.rstrip() + f"\n\n## Results\n\n{BEGIN}\n{END}\n"
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    path.write_text(head + generated_section(doc) + tail)
+
+
+def plot(path: Path, doc: dict[str, Any]) -> str | None:
+    """One panel per (op, shape): each method's GB/s per dtype, the case's ceiling as a line."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as err:
+        return f"no plot: matplotlib is not importable ({err})"
+    results = doc["results"]
+    panels = list(dict.fromkeys((r["op"], r["pretty_shape"]) for r in results))
+    methods = method_order(results)
+    colors = {m: plt.get_cmap("tab20")(i % 20) for i, m in enumerate(methods)}
+    cols = min(4, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.6 * rows + 1.2), squeeze=False)
+    for ax, (op, shape) in zip(axes.flat, panels):
+        mine = [r for r in results if (r["op"], r["pretty_shape"]) == (op, shape)]
+        dtypes = list(dict.fromkeys(r["dtype"] for r in mine))
+        width = 0.8 / max(1, len(methods))
+        for x, dt in enumerate(dtypes):
+            rows_dt = {r["method"]: r for r in mine if r["dtype"] == dt}
+            for j, m in enumerate(methods):
+                r = rows_dt.get(m)
+                if r and r["GBps"] and r["correct"]:
+                    ax.bar(x - 0.4 + (j + 0.5) * width, r["GBps"], width, color=colors[m])
+            ceiling = next(iter(rows_dt.values()))["case_ceiling_GBps"]
+            if ceiling:
+                ax.hlines(ceiling, x - 0.45, x + 0.45, colors="black", linewidth=1.5)
+        ax.set_xticks(range(len(dtypes)), dtypes)
+        ax.set_title(f"{op} {shape}", fontsize=9)
+        ax.set_ylabel("GB/s")
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[m]) for m in methods]
+    handles.append(plt.Line2D([0], [0], color="black"))
+    title = f"{doc['gpu']}, {doc['date']}: GB/s on honest traffic (bytes written + 32-byte sectors read)"
+    legend = fig.legend(
+        handles, [*methods, "copy ceiling (same bytes)"], loc="upper center", ncol=4, fontsize=8, title=title
+    )
+    fig.canvas.draw()  # the legend's height, in figure coordinates, decides where the panels start
+    top = 1 - legend.get_window_extent().height / fig.bbox.height - 0.005
+    fig.tight_layout(rect=(0, 0, 1, top))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None
+
+
+def print_summary(doc: dict[str, Any]) -> None:
+    print(f"\n{doc['gpu']}, driver {doc['driver']}; ceiling {doc['ceiling_GBps']:,.0f} GB/s; {doc['runs']}")
+    methods = method_order(doc["results"], ceilings=True)
+    short = {m: m.split(": ")[-1][:12] for m in methods}
+    print(f"{'case':<40}" + "".join(f"{short[m]:>13}" for m in methods))
+    cases = list(dict.fromkeys((r["op"], r["shape"], r["dtype"]) for r in doc["results"]))
+    for key in cases:
+        rows = {r["method"]: r for r in doc["results"] if (r["op"], r["shape"], r["dtype"]) == key}
+        print(f"{' '.join(key):<40}" + "".join(f"{_cell(rows.get(m)):>13}" for m in methods))
+    print(f"(GB/s on honest traffic; the run took {doc['elapsed_s']:.0f} s)")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dtypes", default="f32,f16,u8,f64")
-    p.add_argument("--shapes", default="narrow,wide", help=f"from {', '.join(SHAPES)}")
-    p.add_argument("--reps", type=int, default=60)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--quick", action="store_true", help="a few cases of every kind")
+    p.add_argument(
+        "--only", metavar="PATTERN", help="cases whose name (e.g. 'split 524288x(32+48) f32') matches"
+    )
+    p.add_argument("--methods", metavar="PATTERN", help="methods whose name matches (ceilings always run)")
+    p.add_argument("--dtypes", default=",".join(DTYPES), help="for the issue and small shapes")
+    p.add_argument("--reps", type=int, default=None, help="timed runs per method (default 20, --quick 10)")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--spin-us", type=float, default=300.0, help="GPU hold before each timed run")
+    p.add_argument("--blocks", default="", help="also time the seed kernel at these block sizes")
+    p.add_argument("--out-dir", type=Path, default=ROOT / "docs" / "perf")
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="redraw the plot and README from OUT_DIR/results.json (no GPU)",
+    )
     args = p.parse_args(argv)
+    if args.report_only:
+        doc = json.loads((args.out_dir / "results.json").read_text())
+        problem = plot(args.out_dir / "bandwidth.png", doc)
+        write_readme(args.out_dir / "README.md", doc, ROOT / "docs" / "perf" / "README.md")
+        print(problem or f"wrote {args.out_dir / 'bandwidth.png'} and {args.out_dir / 'README.md'}")
+        return 0
+    reps = args.reps if args.reps is not None else (10 if args.quick else 20)
+    if reps < 1 or args.warmup < 0:
+        p.error("--reps must be >= 1 and --warmup >= 0")
+
+    cases = quick_cases() if args.quick else all_cases(tuple(args.dtypes.split(",")))
+    if args.only:
+        cases = [c for c in cases if re.search(args.only, c.name)]
+    methods = list(METHODS.values())
+    for b in filter(None, args.blocks.split(",")):
+        name = f"ours: seed, block {int(b)}"
+        methods.append(
+            Method(name, "ours", frozenset(("gather", "split", "concat")), seed_with_block(int(b)))
+        )
+    if args.methods:
+        methods = [m for m in methods if m.group == "ceiling" or re.search(args.methods, m.name)]
+    if not cases:
+        p.error("no case matches; see scripts/bench_cases.py for the names")
 
     reason = runtime.unavailable_reason()
     if reason:
         print(f"no GPU: {reason}; nothing to measure")
         return 0
-    import numpy as np
-
     try:
         import torch
     except ImportError:
-        torch = None
+        print("the benchmark checks every result against PyTorch: install torch (with CUDA) to run it")
+        return 2
+    if not torch.cuda.is_available():
+        print("torch cannot see a GPU; the benchmark needs CUDA tensors")
+        return 2
 
-    dev = runtime.Device(0)
-    drv = driver()
-    stream = runtime.Stream(dev)
-    events = [(runtime.Event(dev), runtime.Event(dev)) for _ in range(4)]
-    results: dict[str, object] = {
-        "gpu": dev.name,
-        "arch": dev.arch,
-        "driver": f"CUDA {dev.driver_version[0]}.{dev.driver_version[1]}",
-        "rows": [],
-    }
-
-    def timed(slot: int, fn) -> float:
-        start, end = events[slot]
-        start.record(stream)
-        fn()
-        end.record(stream)
-        end.synchronize()
-        return start.elapsed_ms(end)
-
-    table = []
-    cases = [(shape, name) for shape in args.shapes.split(",") for name in args.dtypes.split(",")]
-    for shape, name in cases:
-        n, c_total, chunk_c, off, block_size = SHAPES[shape]
-        dt = ptxgen.resolve_dtype(name)
-        nbytes_moved = 2 * n * chunk_c * dt.itemsize  # read the slice once, write dx once
-        dy = dev.empty((n, c_total), dt)
-        dx = dev.empty((n, chunk_c), dt)
-        # fresh random bits, generated on the device when torch is there
-        if torch is not None:
-            raw = torch.randint(-128, 128, (dy.nbytes,), dtype=torch.int8, device="cuda")
-            check("cuMemcpyDtoD", drv.cuMemcpyDtoD(dy.ptr, raw.data_ptr(), dy.nbytes))
-            torch.cuda.synchronize()
-            del raw
-        else:
-            dy.copy_from_host(np.random.default_rng().integers(0, 256, dy.nbytes, dtype=np.uint8))
-
-        kernels = {
-            "inline": ptxgen.ChannelCatBackward(dt, block_size),
-            "call": ptxgen.ChannelCatBackward(dt, block_size, inline=False),
-        }
-        fns = {k: dev.load(kern).function for k, kern in kernels.items()}
-        grid = kernels["inline"].grid(n, chunk_c)
-        block = kernels["inline"].block
-        launch_args = (dy, dx, chunk_c, c_total, off)
-        scratch = dev.empty(nbytes_moved // 2, "u8")
-
-        runs = {
-            "ceiling": lambda: check(
-                "cuMemcpyDtoDAsync",
-                drv.cuMemcpyDtoDAsync(scratch.ptr, dy.ptr, scratch.nbytes, stream.handle),
-            ),
-            "inline": lambda: fns["inline"].launch(grid, block, launch_args, stream=stream),
-            "call": lambda: fns["call"].launch(grid, block, launch_args, stream=stream),
-            "inline#2": lambda: fns["inline"].launch(grid, block, launch_args, stream=stream),
-        }
-        if torch is not None and dt.name not in ("e4m3", "e5m2", "u16", "u32", "u64"):
-            tdy = torch.from_dlpack(dy)
-            tdx = torch.empty((n, chunk_c), dtype=tdy.dtype, device="cuda")
-            torch_stream = torch.cuda.ExternalStream(stream.handle)
-
-            def torch_copy() -> None:
-                with torch.cuda.stream(torch_stream):
-                    tdx.copy_(tdy[:, off : off + chunk_c])
-
-            runs["torch"] = torch_copy
-
-        times: dict[str, list[float]] = {k: [] for k in runs}
-        for _ in range(args.warmup):
-            for fn in runs.values():
-                timed(0, fn)
-        for _ in range(args.reps):
-            for k, fn in runs.items():
-                times[k].append(timed(0, fn))
-
-        # check the result of each kernel variant: poison, run once, compare every element
-        want = dy.to_numpy(bits=True)[:, off : off + chunk_c]
-        for k in ("call", "inline"):
-            dx.fill_bytes(0xA5)
-            runs[k]()
-            stream.synchronize()
-            if not np.array_equal(dx.to_numpy(bits=True), want):
-                print(f"{dt.name} {k}: WRONG RESULT")
-                return 1
-        del want
-
-        med = {k: statistics.median(v) for k, v in times.items()}
-        gbs = {k: nbytes_moved / (ms * 1e-3) / 1e9 for k, ms in med.items()}
-        row = {
-            "shape": shape,
-            "n_spatial": n,
-            "c_total": c_total,
-            "chunk_c": chunk_c,
-            "block_size": block_size,
-            "dtype": dt.name,
-            "bytes_moved": nbytes_moved,
-            "median_ms": med,
-            "GB_per_s": gbs,
-            "call_cost_pct": 100 * (med["call"] - med["inline"]) / med["inline"],
-            "spread_pct": 100 * abs(med["inline#2"] - med["inline"]) / med["inline"],
-            "vs_ceiling": med["ceiling"] / med["inline"],
-            "vs_torch": (med["torch"] / med["inline"]) if "torch" in med else None,
-            "registers": {k: f.num_regs for k, f in fns.items()},
-        }
-        results["rows"].append(row)
-        table.append(row)
-        for a in (dy, dx, scratch):
-            a.close()
-
-    results["host_us"] = host_overhead(dev, stream, torch)
-
-    out = args.json or (Path(os.environ["OUT"]) / "bench.json" if os.environ.get("OUT") else None)
-    if out:
-        out.write_text(json.dumps(results, indent=2) + "\n")
-
-    print(f"\n{dev.name} ({dev.arch}), {results['driver']}; channel_cat_backward; median of {args.reps}")
-    print(
-        f"{'shape':<7}{'dtype':<6}{'block':>6}{'MB moved':>9}{'ceiling':>9}{'torch':>8}{'inline':>8}"
-        f"{'call':>8}{'inline#2':>9}  {'call cost':>9} {'spread':>7} {'of ceiling':>10} {'vs torch':>9}"
+    started = time.perf_counter()
+    torch.cuda.init()
+    dev = runtime.Device(torch.cuda.current_device())
+    ctx = Context(dev, torch, args.spin_us, tune_reps=3, tile_choices=3 if args.quick else 5)
+    for name in ("triton", "cupy"):
+        if isinstance(ctx.modules[name], str):
+            print(f"note: {ctx.modules[name]}; its methods are skipped")
+    doc: dict[str, Any] = environment(dev, torch, ctx)
+    doc["ceiling_GBps"] = device_ceiling(ctx, reps)
+    results: list[dict[str, Any]] = []
+    for i, case in enumerate(cases, 1):
+        t0 = time.perf_counter()
+        mine = [m for m in methods if case.op in m.ops]
+        results += run_case(ctx, case, mine, reps, args.warmup)
+        print(f"[{i}/{len(cases)}] {case.name}: {time.perf_counter() - t0:.1f} s", flush=True)
+    doc.update(
+        runs=f"median of {reps} runs after {args.warmup} warm-up" + (" (--quick)" if args.quick else ""),
+        quick=args.quick,
+        reps=reps,
+        warmup=args.warmup,
+        spin_us=args.spin_us,
+        seed_block_rule={str(w): seed_block_size(w) for w in (1, 3, 32, 48, 128, 256, 8192)},
+        elapsed_s=round(time.perf_counter() - started, 1),
+        results=results,
     )
-    for r in table:
-        g = r["GB_per_s"]
-        torch_gbs = f"{g['torch']:>8.0f}" if "torch" in g else f"{'-':>8}"
-        vs_torch = f"{r['vs_torch']:>8.2f}x" if r["vs_torch"] else f"{'-':>9}"
-        print(
-            f"{r['shape']:<7}{r['dtype']:<6}{r['block_size']:>6}{r['bytes_moved'] / 1e6:>9.0f}"
-            f"{g['ceiling']:>9.0f}{torch_gbs}{g['inline']:>8.0f}{g['call']:>8.0f}{g['inline#2']:>9.0f}"
-            f"  {r['call_cost_pct']:>8.2f}% {r['spread_pct']:>6.2f}% {r['vs_ceiling']:>9.1%} {vs_torch}"
-        )
-    print("(GB/s: bytes read + written over time; call cost = (call - inline) / inline time)")
-    print("host us per launch: " + ", ".join(f"{k} {v:.2f}" for k, v in results["host_us"].items()))
-    return 0
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    (args.out_dir / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
+    problem = plot(args.out_dir / "bandwidth.png", doc)
+    if problem:
+        print(problem)
+    write_readme(args.out_dir / "README.md", doc, ROOT / "docs" / "perf" / "README.md")
+    print_summary(doc)
+    wrong = [r for r in results if r["correct"] is False]
+    for r in wrong:
+        print(f"WRONG RESULT: {r['method']} on {r['op']} {r['shape']} {r['dtype']}")
+    return 1 if wrong else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,234 @@
+"""The benchmark's pure parts: the shape syntax and the honest traffic count."""
+
+from __future__ import annotations
+
+import random
+import sys
+
+import pytest
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from bench_cases import Case, all_cases, format_shape, parse_shape, quick_cases, sector_bytes
+
+
+@pytest.mark.parametrize(
+    "text, rows, sizes, pick",
+    [
+        ("1048576x256->128@64", 1048576, (64, 128, 64), 1),
+        ("1,048,576 × 256 → 128 @ 64", 1048576, (64, 128, 64), 1),
+        ("4194304x4->3@1", 4194304, (1, 3), 1),
+        ("10x8->8@0", 10, (8,), 0),
+        ("10x8->3@0", 10, (3, 5), 0),
+        ("10x8->3@5", 10, (5, 3), 1),
+        ("524288x(32+48)", 524288, (32, 48), None),
+        ("102_400x(64*3)", 102400, (64, 64, 64), None),
+        ("102,400 × (64·3)", 102400, (64, 64, 64), None),
+        ("7x(16*2+32+1)", 7, (16, 16, 32, 1), None),
+        ("128x(401408*2)", 128, (401408, 401408), None),
+    ],
+)
+def test_parse_shape(text, rows, sizes, pick):
+    assert parse_shape(text) == (rows, sizes, pick)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("10x8->9@0", "a piece of 9 channels at 0 must lie inside the 8 channels"),
+        ("10x8->0@3", "at least 1 wide"),
+        ("10x8->4@5", "must lie inside"),
+        ("10x(3+0)", "every piece needs at least 1 channel"),
+        ("10x(3*2*2)", "term '3*2*2' is not N or N*COUNT"),
+        ("10x(3+)", "term '' is not N or N*COUNT"),
+        ("10 by 8", "is not understood; write ROWSxCHANNELS->WIDTH@OFFSET"),
+        ("x(3+4)", "is not understood"),
+    ],
+)
+def test_parse_shape_refuses_with_the_reason(text, message):
+    with pytest.raises(ValueError) as info:
+        parse_shape(text)
+    assert message in str(info.value)
+
+
+def test_format_shape_round_trips():
+    for text in ("1048576x256->128@64", "4194304x4->3@1", "10x8->3@0", "524288x(32+48)", "102400x(64*3)",
+                 "7x(16*2+32+1)", "9x(1+1+2+1*3)"):  # fmt: skip
+        rows, sizes, pick = parse_shape(text)
+        assert parse_shape(format_shape(rows, sizes, pick)) == (rows, sizes, pick)
+        assert parse_shape(format_shape(rows, sizes, pick, pretty=True)) == (rows, sizes, pick)
+    assert format_shape(102400, (64, 64, 64), None, pretty=True) == "102,400 × (64·3)"
+    assert format_shape(1048576, (64, 128, 64), 1, pretty=True) == "1,048,576 × 256 → 128 @ 64"
+    assert format_shape(9, (1, 1, 2, 1, 1, 1), None) == "9x(1*2+2+1*3)"
+
+
+def brute_force_sectors(rows, pitch, start, width, base):
+    sectors = {(base + r * pitch + start + b) // 32 for r in range(rows) for b in range(width)}
+    return 32 * len(sectors)
+
+
+def test_sector_bytes_against_brute_force():
+    rng = random.Random()
+    for _ in range(3000):
+        pitch = rng.randint(1, 300)
+        width = rng.randint(0, pitch)
+        start = rng.randint(0, pitch - width)
+        rows, base = rng.randint(0, 120), rng.randint(0, 64)
+        want = brute_force_sectors(rows, pitch, start, width, base)
+        assert sector_bytes(rows, pitch, start, width, base) == want, (rows, pitch, start, width, base)
+
+
+@pytest.mark.parametrize(
+    "rows, pitch, start, width, expected",
+    [
+        (4_194_304, 16, 4, 12, 4_194_304 * 16),  # f32 3 of 4 at 1: every sector of dy is needed
+        (1 << 20, 1024, 256, 512, (1 << 20) * 512),  # f32 128 of 256 at 64: whole sectors
+        (524_288, 80, 32, 48, 524_288 * 64),  # u8 48 of 80 at 32: 48 bytes cost 64 (2 sectors)
+        (3, 100, 0, 1, 96),  # one byte costs its sector
+        (1, 1000, 0, 1000, 1024),  # a contiguous range, rounded out to sectors
+    ],
+)
+def test_sector_bytes_known_values(rows, pitch, start, width, expected):
+    assert sector_bytes(rows, pitch, start, width) == expected
+
+
+def test_sector_bytes_is_quick_for_huge_row_counts():
+    assert sector_bytes(10**12, 80, 32, 48) == 10**12 * 64
+    with pytest.raises(ValueError, match="cannot repeat every"):
+        sector_bytes(2, 8, 0, 9)
+
+
+def test_case_traffic_counts_what_is_written_and_the_sectors_read():
+    gather = Case("gather", 524288, (32, 48), "u8", pick=1)
+    assert gather.traffic() == 524288 * 48 + 524288 * 64
+    assert gather.name == "gather 524288x80->48@32 u8"
+    split = Case("split", 4194304, (1, 3), "f32")
+    assert split.traffic() == 2 * 4194304 * 16
+    concat = Case("concat", 3, (1, 2), "u8")  # pieces of 3 and 6 bytes: a sector each
+    assert concat.traffic() == 9 + 64
+    with pytest.raises(ValueError, match="a gather names its piece"):
+        Case("gather", 1, (1, 2), "f32")
+    with pytest.raises(ValueError, match="dtype 'f7'"):
+        Case("split", 1, (1, 2), "f7")
+
+
+def test_the_case_lists():
+    cases = all_cases()
+    names = [c.name for c in cases]
+    assert len(names) == len(set(names))
+    assert "gather 4194304x4->3@1 u8" in names and "concat 128x(401408*2) f64" in names
+    assert all(c.dtype == "bf16" for c in cases if c.group == "yolo")
+    assert all(c.wide_bytes <= 1 << 20 for c in cases if c.group == "small")
+    assert all(25e6 <= c.wide_bytes <= 80e6 for c in cases if c.group == "yolo")
+    quick = quick_cases()
+    assert {c.op for c in quick} == {"gather", "split", "concat"} and 5 <= len(quick) <= 10
+
+
+# --- the report, from made-up results ------------------------------------------------------
+
+
+def fake_doc():
+    rows = []
+    for dtype, scale in (("f32", 1.0), ("u8", 0.5)):
+        for method, group, gbps, status, correct in (
+            ("copy: cuMemcpyDtoD", "ceiling", 3900 * scale, "ok", True),
+            ("copy: 16-byte PTX kernel", "ceiling", 4000 * scale, "ok", True),
+            ("ours: seed", "ours", 1600 * scale, "ok", True),
+            ("torch: narrow+copy_", "peer", 2600 * scale, "ok", True),
+            ("torch: split_with_sizes_copy", "peer", None, "failed", None),
+            ("cupy: slice copy", "peer", 2000 * scale, "ok", False),
+        ):
+            rows.append({
+                "shape": "4194304x(1+3)", "pretty_shape": "4,194,304 × (1+3)", "dtype": dtype, "op": "split",
+                "group": "issue", "method": method, "method_group": group, "status": status,
+                "error": "RuntimeError: CUDA error: invalid argument" if status == "failed" else None,
+                "GBps": gbps, "us": 10.0 if gbps else None, "traffic_bytes": 1 << 27, "correct": correct,
+                "info": "", "case_ceiling_GBps": 4000 * scale,
+            })  # fmt: skip
+    return {"gpu": "NVIDIA H200", "driver": "580 (CUDA 13.0)", "date": "2026-12-01", "runs": "median of 20",
+            "ceiling_GBps": 4100.0, "elapsed_s": 200.0, "results": rows}  # fmt: skip
+
+
+def test_the_report_table_marks_failures_and_wrong_results():
+    import bench
+
+    text = bench.table(fake_doc()["results"])
+    lines = text.splitlines()
+    assert lines[0].startswith("| op | shape | dtype | ceiling | ours: seed | torch: narrow+copy_ |")
+    f32 = next(line for line in lines if "| f32 |" in line)
+    assert "| 4,000 | 1,600 | 2,600 | fails | 2,000 WRONG | 0.62× |" in f32  # a wrong peer is no bar
+
+
+def test_the_readme_keeps_what_people_wrote(tmp_path):
+    import bench
+
+    source = tmp_path / "src.md"
+    source.write_text(
+        f"# Perf\n\nhand-written intro\n\n{bench.BEGIN}\nold table\n{bench.END}\n\n## Notes\nkept\n"
+    )
+    out = tmp_path / "README.md"
+    bench.write_readme(out, fake_doc(), source)
+    text = out.read_text()
+    assert "hand-written intro" in text and "## Notes\nkept" in text and "old table" not in text
+    assert "4,100 GB/s" in text and "torch: split_with_sizes_copy on split 4,194,304 × (1+3) f32" in text
+    assert "| `seed` | chunk |" in text
+    bench.write_readme(out, fake_doc(), tmp_path / "missing.md")  # no file yet: the skeleton
+    assert "## Reproduce" in out.read_text() and out.read_text().count(bench.BEGIN) == 1
+
+
+def test_the_plot_is_drawn(tmp_path):
+    pytest.importorskip("matplotlib")
+    import bench
+
+    assert bench.plot(tmp_path / "b.png", fake_doc()) is None
+    assert (tmp_path / "b.png").stat().st_size > 1000
+
+
+def test_the_benchmark_without_a_gpu_says_so():
+    import subprocess
+
+    import runtime
+
+    if runtime.is_available():
+        pytest.skip("this machine has a GPU")
+    out = subprocess.run(
+        [sys.executable, "scripts/bench.py", "--quick"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert out.returncode == 0 and out.stdout.startswith("no GPU: ")
+    out = subprocess.run(
+        [sys.executable, "scripts/bench.py", "--only", "nothing"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert out.returncode == 2 and "no case matches" in out.stderr
+
+
+def test_the_hand_written_ptx_assembles():
+    toolchain = pytest.importorskip("ptxgen.toolchain")
+    import bench_methods
+
+    try:
+        for kernel in (bench_methods.COPY16, bench_methods.SPIN):
+            result = toolchain.assemble(kernel.source, "sm_90")
+            assert result.functions[kernel.entry_point_name].spill_store_bytes == 0
+    except toolchain.ToolNotFound as err:
+        pytest.skip(str(err))
+
+
+def test_tile_candidates_fit_the_grid_and_the_row():
+    from bench_methods import copy16_grid, tile_candidates
+
+    assert tile_candidates(1, 10) == [(1024, 4)]
+    assert tile_candidates(48, 10) == [(64, 64), (128, 32), (256, 16), (512, 8), (1024, 4)]
+    assert all(-(-401408 // bc) <= 65535 for _, bc in tile_candidates(401408, 128))
+    assert copy16_grid(10, 132) == 1 and copy16_grid(10**9, 132) == 8 * 132
+
+
+def test_report_only_redraws_from_the_json(tmp_path):
+    import json
+    import subprocess
+
+    (tmp_path / "results.json").write_text(json.dumps(fake_doc()))
+    run = [sys.executable, "scripts/bench.py", "--report-only", "--out-dir", str(tmp_path)]
+    out = subprocess.run(run, cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    text = (tmp_path / "README.md").read_text()
+    assert "| split | 4,194,304 × (1+3) | u8 | 2,000 | 800 |" in text

@@ -1,0 +1,269 @@
+"""runtime.channel_cat_backward and channel_cat_forward on a real GPU: ranks 1-4, every
+dim, every dtype, odd and empty pieces, poisoned and guarded outputs, foreign arrays,
+launches cut past the grid limit, and round trips."""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+import pytest
+from gpu_util import GUARD, first_mismatch, poison_value, random_bits
+
+import ptxgen
+import runtime
+from runtime import ops
+from runtime.interop import KDL_CUDA, to_dlpack_capsule
+
+pytestmark = pytest.mark.gpu
+
+ALL_DTYPES = list(ptxgen.DTYPES)
+
+# (shape, sizes, dim): ranks 1 to 4, negative dims, pieces of 0, 1, 3, 17 and primes
+CASES = [
+    ((37,), (1, 0, 36), 0),
+    ((1,), (1,), -1),
+    ((19, 41), (3, 17, 0, 21), 1),
+    ((10, 7), (2, 5, 3), 0),
+    ((5, 23), (23,), -1),
+    ((3, 31, 5), (1, 13, 17), 1),
+    ((4, 6, 7), (3, 4), -1),
+    ((0, 4, 2), (1, 3), 1),
+    ((2, 3, 11, 4), (2, 7, 2), 2),
+    ((2, 29, 3, 3), (29, 0), 1),
+    ((2, 5, 3, 2), (3, 2), -3),
+    ((3, 4, 0, 5), (1, 3), 1),
+]
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng()  # fresh data every run
+
+
+def split_bits(bits: np.ndarray, sizes, dim) -> list[np.ndarray]:
+    return np.split(bits, np.cumsum(sizes)[:-1], axis=dim)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("shape, sizes, dim", CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES])
+def test_split_and_concat_every_rank_dim_and_dtype(dev, rng, dtype, shape, sizes, dim):
+    bits = random_bits(rng, shape, dtype)
+    dy = dev.to_device(bits, dtype=dtype)
+    pieces = runtime.channel_cat_backward(dy, sizes, dim)
+    want = split_bits(bits, sizes, dim)
+    assert all(isinstance(p, runtime.DeviceArray) and p.dtype == dtype for p in pieces)
+    for i, (got, w) in enumerate(zip(pieces, want)):
+        assert got.shape == w.shape
+        problem = first_mismatch(got.to_numpy(bits=True), w)
+        assert not problem, f"piece {i}: {problem}"
+    y = runtime.channel_cat_forward(pieces, dim)
+    assert y.shape == shape and y.dtype == dtype
+    problem = first_mismatch(y.to_numpy(bits=True), bits)
+    assert not problem, f"concat: {problem}"
+
+
+class View:
+    """A window into device memory, shown through __cuda_array_interface__ where the
+    dtype has a typestr, else through DLPack: how other libraries hand arrays over."""
+
+    def __init__(self, owner, ptr: int, shape, dtype: str, readonly=False):
+        self.owner, self.ptr, self.shape = owner, ptr, tuple(shape)
+        self.dtype = ptxgen.resolve_dtype(dtype)
+        if self.dtype.typestr:
+            self.__cuda_array_interface__ = {
+                "shape": self.shape,
+                "typestr": self.dtype.typestr,
+                "data": (ptr, readonly),
+                "strides": None,
+                "version": 3,
+            }
+
+    def __dlpack_device__(self):
+        return (KDL_CUDA, self.owner.device.ordinal)
+
+    def __dlpack__(self, stream=None, **kwargs):
+        return to_dlpack_capsule(self, self.ptr, self.shape, self.dtype, self.owner.device.ordinal)
+
+
+class Guarded:
+    """An output of ``shape`` between GUARD canary elements on each side."""
+
+    def __init__(self, dev, shape, dtype):
+        self.n = int(np.prod(shape))
+        self.shape, self.dtype = tuple(shape), dtype
+        self.buffer = dev.empty(GUARD + self.n + GUARD, dtype)
+        self.view = View(self.buffer, self.buffer.ptr + GUARD * self.buffer.itemsize, shape, dtype)
+
+    def poison(self, byte: int) -> None:
+        self.buffer.fill_bytes(byte)
+
+    def read(self, byte: int) -> np.ndarray:
+        got = self.buffer.to_numpy(bits=True)
+        poison = poison_value(byte, self.dtype)
+        assert (got[:GUARD] == poison).all(), "wrote before the start of the output"
+        assert (got[GUARD + self.n :] == poison).all(), "wrote past the end of the output"
+        return got[GUARD : GUARD + self.n].reshape(self.shape)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_guarded_poisoned_outputs_are_written_exactly(dev, rng, dtype):
+    shape, sizes, dim = (5, 13, 3), (1, 0, 3, 9), 1
+    bits = random_bits(rng, shape, dtype)
+    dy = dev.to_device(bits, dtype=dtype)
+    want = split_bits(bits, sizes, dim)
+    outs = [Guarded(dev, w.shape, dtype) for w in want]
+    y = Guarded(dev, shape, dtype)
+    for byte in (0xA5, 0x5A):  # a result that matches under both poisons was written
+        for o in (*outs, y):
+            o.poison(byte)
+        result = runtime.channel_cat_backward(dy, sizes, dim, out=[o.view for o in outs])
+        assert [r is o.view for r, o in zip(result, outs)] == [True] * len(outs)
+        for i, (o, w) in enumerate(zip(outs, want)):
+            problem = first_mismatch(o.read(byte), w)
+            assert not problem, f"piece {i}, poison {byte:#x}: {problem}"
+        assert runtime.channel_cat_forward([o.view for o in outs], dim, out=y.view) is y.view
+        problem = first_mismatch(y.read(byte), bits)
+        assert not problem, f"concat, poison {byte:#x}: {problem}"
+
+
+def test_refused_calls_leave_outputs_untouched(dev, rng):
+    bits = random_bits(rng, (6, 10), "f32")
+    dy = dev.to_device(bits, dtype="f32")
+    outs = [Guarded(dev, (6, 4), "f32"), Guarded(dev, (6, 6), "f32")]
+    for o in outs:
+        o.poison(0xA5)
+    views = [o.view for o in outs]
+    with pytest.raises(ValueError, match="sum to 11"):
+        runtime.channel_cat_backward(dy, [4, 7], out=views)
+    with pytest.raises(TypeError, match=r"out\[1\] is f16"):
+        runtime.channel_cat_backward(
+            dy, [4, 6], out=[views[0], View(outs[1].buffer, views[1].ptr, (6, 6), "f16")]
+        )
+    with pytest.raises(ValueError, match=r"dy and out\[0\] overlap"):
+        runtime.channel_cat_backward(dy, [4, 6], out=[View(dy, dy.ptr + 4, (6, 4), "f32"), views[1]])
+    poison = poison_value(0xA5, "f32")
+    for o in outs:
+        assert (o.buffer.to_numpy(bits=True) == poison).all()
+
+
+def test_host_memory_behind_an_interface_is_refused(dev):
+    host = np.zeros((4, 8), np.float32)
+    fake = View(dev.empty(1, "f32"), host.ctypes.data, (4, 8), "f32")
+    with pytest.raises(
+        TypeError, match=r"which no CUDA context knows \(CUDA_ERROR_INVALID_VALUE\): host memory"
+    ):
+        runtime.channel_cat_backward(fake, [4, 4])
+
+
+def test_huge_row_counts(dev, rng):
+    rows = (1 << 22) + 3
+    bits = random_bits(rng, (rows, 4), "u8")
+    pieces = runtime.channel_cat_backward(dev.to_device(bits, dtype="u8"), (1, 3))
+    assert np.array_equal(pieces[0].to_numpy(), bits[:, :1]) and np.array_equal(
+        pieces[1].to_numpy(), bits[:, 1:]
+    )
+    y = runtime.channel_cat_forward(pieces)
+    assert np.array_equal(y.to_numpy(), bits)
+
+
+@pytest.mark.parametrize("dtype", ["u8", "f32", "f64"])
+def test_launches_cut_where_the_grid_would_pass_the_device_limit(dev, rng, monkeypatch, dtype):
+    # Pretend grid.x may not pass 3 CTAs: 50 rows then need many launches, each with its
+    # pointers moved to its first row.
+    assert len(ops.plan_for("backward", dtype, 50, (1, 299), dev).steps) == 2  # one launch a piece
+    small = ops.DeviceTraits(ordinal=dev.ordinal, arch=dev.arch, max_grid_x=3)
+    monkeypatch.setattr(ops.DeviceTraits, "of", classmethod(lambda cls, device: small))
+    monkeypatch.setattr(ops, "_plans", weakref.WeakKeyDictionary())
+    bits = random_bits(rng, (50, 300), dtype)
+    pieces = runtime.channel_cat_backward(dev.to_device(bits, dtype=dtype), (1, 299))
+    for got, want in zip(pieces, split_bits(bits, (1, 299), 1)):
+        assert np.array_equal(got.to_numpy(bits=True), want)
+    y = runtime.channel_cat_forward(pieces)
+    assert np.array_equal(y.to_numpy(bits=True), bits)
+    # 3 rows of one CTA per launch for the 1-wide piece; 1 row of 2 CTAs for the other
+    assert len(ops.plan_for("backward", dtype, 50, (1, 299), dev).steps) == 17 + 50
+
+
+def test_a_stream_of_our_own(dev, rng):
+    bits = random_bits(rng, (64, 96), "i32")
+    dy = dev.to_device(bits, dtype="i32")
+    with runtime.Stream(dev) as stream:
+        pieces = runtime.channel_cat_backward(dy, (32, 64), stream=stream)
+        y = runtime.channel_cat_forward(pieces, stream=stream)
+        stream.synchronize()
+    assert np.array_equal(y.to_numpy(bits=True), bits)
+
+
+def test_random_round_trips(dev):
+    rng = np.random.default_rng()
+    for _ in range(25):
+        rank = int(rng.integers(1, 5))
+        shape = tuple(int(s) for s in rng.integers(0, 9, rank))
+        dim = int(rng.integers(-rank, rank))
+        n = shape[dim]
+        cuts = np.sort(rng.integers(0, n + 1, int(rng.integers(0, 4))))
+        sizes = tuple(int(s) for s in np.diff(np.concatenate(([0], cuts, [n]))))
+        dtype = str(rng.choice(ALL_DTYPES))
+        bits = random_bits(rng, shape, dtype)
+        pieces = runtime.channel_cat_backward(dev.to_device(bits, dtype=dtype), sizes, dim)
+        back = runtime.channel_cat_forward(pieces, dim)
+        case = f"shape {shape} sizes {sizes} dim {dim} {dtype}"
+        assert np.array_equal(back.to_numpy(bits=True), bits), case
+        again = runtime.channel_cat_backward(back, sizes, dim)
+        for a, b in zip(again, pieces):
+            assert np.array_equal(a.to_numpy(bits=True), b.to_numpy(bits=True)), case
+
+
+# --- other libraries' arrays ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def torch(dev):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch cannot see the GPU")
+    return torch
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16", "i64", "u8"])
+def test_torch_tensors_in_and_out(dev, torch, dtype):
+    tdt = getattr(torch, ptxgen.resolve_dtype(dtype).numpy_name)
+    width = 2 * ptxgen.resolve_dtype(dtype).itemsize
+    dy = torch.randint(0, 256, (3, 10, 7, width), dtype=torch.uint8, device="cuda").view(tdt)
+    sizes, dim = (3, 0, 4), -2
+    stream = torch.cuda.current_stream()
+    pieces = runtime.channel_cat_backward(dy, sizes, dim, stream=stream)
+    want = torch.split(dy, sizes, dim)
+    for got, w in zip(pieces, want):
+        t = torch.from_dlpack(got)
+        assert t.dtype == tdt and torch.equal(t.view(torch.uint8), w.contiguous().view(torch.uint8))
+    outs = [torch.empty(w.shape, dtype=tdt, device="cuda") for w in want]
+    for o in outs:
+        o.view(torch.uint8).fill_(7)  # a poison the copy must overwrite
+    result = runtime.channel_cat_backward(dy, sizes, dim, out=outs, stream=stream)
+    assert len(result) == len(outs) and all(r is o for r, o in zip(result, outs))
+    torch.cuda.synchronize()
+    for got, w in zip(outs, want):
+        assert torch.equal(got.view(torch.uint8), w.contiguous().view(torch.uint8))
+    y = torch.empty_like(dy)
+    assert runtime.channel_cat_forward(outs, dim, out=y, stream=stream) is y
+    torch.cuda.synchronize()
+    assert torch.equal(y.view(torch.uint8), dy.view(torch.uint8))
+    with pytest.raises(ValueError, match="dy is not contiguous"):
+        runtime.channel_cat_backward(dy.transpose(0, 1), (5, 5), 0)
+    with pytest.raises(TypeError, match=r"host \(CPU\)"):
+        runtime.channel_cat_forward([dy.cpu()], dim)
+
+
+def test_cupy_arrays_in_and_out(dev):
+    cupy = pytest.importorskip("cupy")
+    x = [cupy.random.randint(0, 2**31, (6, n, 5)).astype(cupy.int32) for n in (1, 17, 3)]
+    y = runtime.channel_cat_forward(x, 1)
+    want = cupy.concatenate(x, axis=1)
+    assert cupy.array_equal(cupy.asarray(y), want)
+    out = [cupy.zeros_like(a) for a in x]
+    result = runtime.channel_cat_backward(want, (1, 17, 3), out=out)
+    assert all(r is o for r, o in zip(result, out))
+    cupy.cuda.Device().synchronize()
+    assert all(cupy.array_equal(a, b) for a, b in zip(out, x))

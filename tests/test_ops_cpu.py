@@ -1,0 +1,416 @@
+"""The high-level ops without a GPU: argument checks and their messages, the planner,
+and the whole call path run against an emulated device whose kernels follow the seed's
+launch contract in numpy."""
+
+from __future__ import annotations
+
+import math
+import weakref
+
+import pytest
+
+import ptxgen
+import runtime
+from runtime import ops, plan
+from runtime.plan import MAX_STEPS, DeviceTraits, Problem, Ptr, Step, Variant, make_plan, seed_block_size
+
+np = pytest.importorskip("numpy")
+
+TYPESTR = {"f32": "<f4", "f16": "<f2", "f64": "<f8", "u8": "|u1", "i16": "<i2", "i64": "<i8"}
+
+
+class FakeArray:
+    """A device array as a foreign library would show it: only __cuda_array_interface__."""
+
+    def __init__(self, shape, dtype="f32", ptr=0x7F00_0000_0000, readonly=False, strides=None):
+        self.shape = tuple(shape)
+        self.ptr = ptr
+        self.itemsize = ptxgen.resolve_dtype(dtype).itemsize
+        self.nbytes = math.prod(self.shape) * self.itemsize
+        self.__cuda_array_interface__ = {
+            "shape": self.shape,
+            "typestr": TYPESTR[dtype],
+            "data": (ptr, readonly),
+            "strides": strides,
+            "version": 3,
+        }
+
+
+@pytest.fixture
+def no_device(monkeypatch):
+    """Any call that gets past the checks fails loudly: bad input must stop before."""
+
+    def reached(*args, **kwargs):
+        raise AssertionError("the op got past its checks to the device")
+
+    monkeypatch.setattr(ops, "_device_for", reached)
+    monkeypatch.setattr(ops, "_compiled", reached)
+
+
+# --- checks and messages ---------------------------------------------------------------
+
+DY = FakeArray((4, 10, 3))
+# fmt: off
+BACKWARD_CASES = [
+    # (args, kwargs, exception, message fragment)
+    ((DY, [4, 6]), {"dim": 3}, ValueError, "dim 3 is out of range for dy of rank 3 (shape (4, 10, 3)); accepted: -3..2"),
+    ((DY, [4, 6]), {"dim": -4}, ValueError, "accepted: -3..2"),
+    ((DY, [4, 6]), {"dim": True}, TypeError, "dim must be an int, not bool True"),
+    ((DY, [4, 6]), {"dim": 1.0}, TypeError, "dim must be an int, not float 1.0"),
+    ((DY, [4, 5]), {}, ValueError, "sizes [4, 5] sum to 9, but dy has 10 along dim 1 (shape (4, 10, 3)); they must sum to 10"),
+    ((DY, [4, -1, 7]), {}, ValueError, "sizes[1] = -1; every size must be an int >= 0"),
+    ((DY, [4, 6.0]), {}, TypeError, "sizes[1] = 6.0 (float); every size must be an int >= 0"),
+    ((DY, [4, False, 6]), {}, TypeError, "sizes[1] = False is a bool"),
+    ((DY, "46"), {}, TypeError, "sizes must be a list or tuple of ints, not str '46'"),
+    ((DY, 10), {}, TypeError, "sizes must be a list or tuple of ints, not int 10"),
+    ((DY, []), {}, ValueError, "sizes is empty; give at least one piece"),
+    ((FakeArray(()), [1]), {}, ValueError, "dy is 0-d (shape ())"),
+    ((np.zeros((4, 10)), [4, 6]), {}, TypeError, "dy: ndarray lives in host (CPU) memory"),
+    ((None, [4, 6]), {}, TypeError, "dy must be a device array (runtime.DeviceArray, or an object with __cuda_array_interface__"),
+    (([1, 2], [1, 1]), {}, TypeError, "not list"),
+    ((FakeArray((4, 10), strides=(4, 16)), [4, 6]), {}, ValueError, "dy is not contiguous"),
+    ((FakeArray((4, 10), ptr=0x7F00_0000_0002), [4, 6]), {}, ValueError, "dy starts at address 0x7f0000000002, not a multiple of its element size (4 bytes for f32)"),
+    ((DY, [4, 6]), {"out": FakeArray((4, 4, 3))}, TypeError, "out must be a list or tuple of arrays, not FakeArray"),
+    ((DY, [4, 6]), {"out": [FakeArray((4, 4, 3), ptr=1 << 44)]}, ValueError, "out has 1 arrays for 2 sizes; give one per size"),
+    ((DY, [4, 6]), {"out": [FakeArray((4, 4, 3), ptr=1 << 44), FakeArray((4, 5, 3), ptr=1 << 45)]}, ValueError,
+     "out[1] has shape (4, 5, 3), expected (4, 6, 3) (dy's shape with 6 along dim 1)"),
+    ((DY, [4, 6]), {"out": [FakeArray((4, 4, 3), "f16", ptr=1 << 44), FakeArray((4, 6, 3), ptr=1 << 45)]}, TypeError,
+     "out[0] is f16, expected f32 (the input's dtype)"),
+    ((DY, [4, 6]), {"out": [FakeArray((4, 4, 3), ptr=1 << 44, readonly=True), FakeArray((4, 6, 3), ptr=1 << 45)]},
+     ValueError, "out[0] is read-only; the op writes it"),
+    ((DY, [4, 6]), {"out": [FakeArray((4, 4, 3), ptr=DY.ptr + 400), FakeArray((4, 6, 3), ptr=1 << 45)]}, ValueError,
+     "dy and out[0] overlap (bytes 0x7f0000000190..0x7f00000001e0); an output may not share memory"),
+    ((DY, [4, 6]), {"out": [FakeArray((4, 4, 3), ptr=1 << 44), FakeArray((4, 6, 3), ptr=(1 << 44) + 188)]}, ValueError,
+     "out[0] and out[1] overlap"),
+    ((DY, [4, 6]), {"out": [FakeArray((4, 4, 3), ptr=1 << 44), np.zeros((4, 6, 3), np.float32)]}, TypeError,
+     "out[1]: ndarray lives in host (CPU) memory"),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("args, kwargs, exc, message", BACKWARD_CASES)
+def test_backward_refuses_bad_input_before_the_device(no_device, args, kwargs, exc, message):
+    with pytest.raises(exc) as info:
+        runtime.channel_cat_backward(*args, **kwargs)
+    assert message in str(info.value)
+    assert str(info.value).startswith("channel_cat_backward: ")
+
+
+X0, X1 = FakeArray((2, 3, 5), ptr=1 << 40), FakeArray((2, 4, 5), ptr=1 << 41)
+# fmt: off
+FORWARD_CASES = [
+    (([],), {}, ValueError, "xs is empty; give at least one array to concatenate"),
+    ((X0,), {}, TypeError, "xs must be a list or tuple of arrays, not FakeArray"),
+    (([X0, X1],), {"dim": 3}, ValueError, "dim 3 is out of range for xs[0] of rank 3 (shape (2, 3, 5)); accepted: -3..2"),
+    (([X0, X1],), {"dim": 0}, ValueError, "xs[1] has shape (2, 4, 5), xs[0] (2, 3, 5); every dim but dim 0 must match"),
+    (([X0, FakeArray((2, 4), ptr=1 << 41)],), {}, ValueError, "xs[1] has shape (2, 4), xs[0] (2, 3, 5)"),
+    (([X0, FakeArray((2, 4, 5), "f64", ptr=1 << 41)],), {}, TypeError, "xs[1] is f64, xs[0] is f32; all must match"),
+    (([X0, np.ones((2, 4, 5), np.float32)],), {}, TypeError, "xs[1]: ndarray lives in host (CPU) memory"),
+    (([X0, X1],), {"out": FakeArray((2, 7, 4), ptr=1 << 42)}, ValueError,
+     "out has shape (2, 7, 4), expected (2, 7, 5) (the inputs joined along dim 1)"),
+    (([X0, X1],), {"out": [FakeArray((2, 7, 5), ptr=1 << 42)]}, TypeError, "out must be a device array"),
+    (([X0, X1],), {"out": FakeArray((2, 7, 5), ptr=(1 << 41) + 64)}, ValueError, "xs[1] and out overlap"),
+    (([X0, X1],), {"out": FakeArray((2, 7, 5), "i64", ptr=1 << 42)}, TypeError, "out is i64, expected f32"),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("args, kwargs, exc, message", FORWARD_CASES)
+def test_forward_refuses_bad_input_before_the_device(no_device, args, kwargs, exc, message):
+    with pytest.raises(exc) as info:
+        runtime.channel_cat_forward(*args, **kwargs)
+    assert message in str(info.value)
+
+
+def test_inputs_may_share_memory_but_valid_calls_reach_the_device(monkeypatch):
+    class Reached(Exception):
+        pass
+
+    def device_for(op, named):
+        raise Reached([name for name, _ in named])
+
+    monkeypatch.setattr(ops, "_device_for", device_for)
+    x = FakeArray((2, 3, 5), ptr=1 << 40)
+    with pytest.raises(Reached) as info:  # the same input twice: read-only, so fine
+        runtime.channel_cat_forward([x, x], dim=-2, out=FakeArray((2, 6, 5), ptr=1 << 42))
+    assert info.value.args[0] == ["xs[0]", "xs[1]", "out"]
+    with pytest.raises(Reached):  # numpy ints as sizes and dim, a 0-sized piece
+        runtime.channel_cat_backward(DY, (np.int64(10), 0), dim=np.int32(1))
+
+
+# --- the planner -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "width, block",
+    [(1, 32), (3, 32), (32, 32), (33, 64), (48, 64), (128, 128), (200, 224), (256, 256), (10**6, 256)],
+)
+def test_seed_block_size(width, block):
+    assert seed_block_size(width) == block
+
+
+def emulate(steps, arrays: dict[int, np.ndarray], limits=(2**31 - 1, 2**31 - 1)) -> None:
+    """Run seed-contract steps on numpy byte arrays (``arrays[Ptr.array]``), checking that
+    every access stays inside its array and every grid and scalar inside its limit."""
+    max_grid, scalar_max = limits
+    for step in steps:
+        k = step.kernel
+        src, dst, chunk_c, c_total, offset = step.args
+        assert all(0 <= v <= scalar_max for v in (chunk_c, c_total, offset)), step
+        assert 1 <= step.grid[0] <= max_grid and step.grid[1:] == (1, 1) and step.block == k.block
+        tiles = -(-chunk_c // k.block_size)
+        n_spatial, rest = divmod(step.grid[0], tiles)
+        assert rest == 0
+        isz = ptxgen.resolve_dtype(k.dtype).itemsize
+        n = np.arange(n_spatial, dtype=np.int64)[:, None]
+        ci = np.arange(chunk_c, dtype=np.int64)[None, :]
+        wide = n * c_total + offset + ci
+        narrow = n * chunk_c + ci
+        src_i, dst_i = (wide, narrow) if k.name == "channel_cat_backward" else (narrow, wide)
+        s_arr, d_arr = arrays[src.array], arrays[dst.array]
+        s_view = s_arr[src.byte_offset :].view(f"u{isz}")
+        d_view = d_arr[dst.byte_offset :].view(f"u{isz}")
+        assert src.byte_offset % isz == 0 and dst.byte_offset % isz == 0
+        assert src_i.max() < s_view.size and dst_i.max() < d_view.size, "access past the end"
+        d_view[dst_i] = s_view[src_i]
+
+
+def byte_arrays(rows, extents, isz, rng):
+    wide = rng.integers(0, 256, rows * sum(extents) * isz, dtype=np.uint8)
+    return wide, [np.zeros(rows * e * isz, np.uint8) for e in extents]
+
+
+@pytest.mark.parametrize("op", ["backward", "forward"])
+@pytest.mark.parametrize("dtype", ["u8", "f16", "f32", "f64"])
+@pytest.mark.parametrize(
+    "rows, extents, max_grid",
+    [
+        (5, (1, 3), 2**31 - 1),
+        (7, (17, 0, 5, 256), 2**31 - 1),
+        (1000, (3, 300, 1), 7),  # rows in groups: grid.x may not pass 7
+        (13, (1000,), 40),  # 4-32 tiles per row, several rows per launch
+        (3, (2, 3), 1),  # one tile per launch
+    ],
+)
+def test_seed_plans_split_and_concat_correctly(op, dtype, rows, extents, max_grid):
+    rng = np.random.default_rng()
+    isz = ptxgen.resolve_dtype(dtype).itemsize
+    traits = DeviceTraits(max_grid_x=max_grid)
+    p = make_plan(Problem(op, ptxgen.resolve_dtype(dtype), rows, extents), traits)
+    wide, pieces = byte_arrays(rows, extents, isz, rng)
+    if op == "forward":
+        for piece in pieces:
+            piece[:] = rng.integers(0, 256, piece.size, dtype=np.uint8)
+        wide[:] = 0xA5
+    emulate(p.steps, {-1: wide, **dict(enumerate(pieces))}, (max_grid, 2**31 - 1))
+    as_rows = wide.reshape(rows, sum(extents) * isz)
+    bounds = np.cumsum((0, *extents)) * isz
+    for i, piece in enumerate(pieces):
+        assert np.array_equal(piece.reshape(rows, -1), as_rows[:, bounds[i] : bounds[i + 1]])
+    assert p.variants == tuple("seed" if e else "" for e in extents)
+    tiles = [-(-e // seed_block_size(e)) for e in extents if e]
+    assert len(p.steps) == sum(-(-rows // (max_grid // t)) for t in tiles)
+
+
+@pytest.mark.parametrize("op", ["backward", "forward"])
+def test_rows_past_the_scalar_limit_are_launched_one_row_at_a_time(op):
+    # With a scalar limit of 400, a wide row of 920 elements cannot be passed as c_total:
+    # each row goes as one-row launches of at most 256 elements (a multiple of the block).
+    rng = np.random.default_rng()
+    extents, rows = (20, 900), 4
+    problem = Problem(op, ptxgen.resolve_dtype("i16"), rows, extents)
+    wide, pieces = byte_arrays(rows, extents, 2, rng)
+    if op == "forward":
+        for piece in pieces:
+            piece[:] = rng.integers(0, 256, piece.size, dtype=np.uint8)
+    steps = [s for i in range(2) for s in plan._seed_steps(problem.chunk(i), DeviceTraits(), scalar_max=400)]
+    assert len(steps) == rows * (1 + 4)  # the 900-wide piece as 256 + 256 + 256 + 132
+    assert {s.args[2] for s in steps} == {20, 256, 132}
+    emulate(steps, {-1: wide, 0: pieces[0], 1: pieces[1]}, (2**31 - 1, 400))
+    as_rows = wide.reshape(rows, -1)
+    assert np.array_equal(pieces[0].reshape(rows, -1), as_rows[:, :40])
+    assert np.array_equal(pieces[1].reshape(rows, -1), as_rows[:, 40:])
+
+
+def test_shapes_past_the_seed_limits_are_cut_on_the_real_limits():
+    # 2**31 rows of 4 elements: the grid of one launch would pass 2**31 - 1
+    p = make_plan(Problem("backward", ptxgen.resolve_dtype("f32"), 2**31, (1, 3)), DeviceTraits())
+    assert len(p.steps) == 4 and all(s.grid[0] <= 2**31 - 1 for s in p.steps)
+    assert p.steps[1].args[0] == Ptr(-1, (2**31 - 1) * 4 * 4)
+    # one row of 3 * 2**31 elements: c_total passes the i32 limit
+    p = make_plan(Problem("forward", ptxgen.resolve_dtype("u8"), 1, (2**31, 2**31 + 5)), DeviceTraits())
+    assert all(max(s.args[2:]) <= 2**31 - 1 for s in p.steps) and len(p.steps) == 4
+    assert p.steps[-1].args[1] == Ptr(-1, 2**31 + (2**31 - 256))  # the wide y, past the first piece
+
+
+def test_a_plan_needing_too_many_launches_is_refused():
+    problem = Problem("backward", ptxgen.resolve_dtype("u8"), MAX_STEPS + 1, (2**31 - 256, 300))
+    with pytest.raises(
+        ValueError, match=r"would need 65537 launches for piece 0; more than 65536 is refused"
+    ):
+        make_plan(problem, DeviceTraits())
+
+
+def test_empty_problems_plan_nothing():
+    f32 = ptxgen.resolve_dtype("f32")
+    assert make_plan(Problem("backward", f32, 0, (3, 4)), DeviceTraits()).steps == ()
+    assert make_plan(Problem("forward", f32, 9, (0, 0)), DeviceTraits()).steps == ()
+
+
+def test_the_variant_table_is_read_in_order_of_preference():
+    f32 = ptxgen.resolve_dtype("f32")
+    problem = Problem("backward", f32, 10, (16, 5, 8), wide_align=0, piece_aligns=(0, 4, 0))
+    marker = ptxgen.ChannelCatBackward("f32", 32)
+
+    def vector_steps(chunk, traits):
+        return [Step(marker, (chunk.index + 1, 1, 1), marker.block, (Ptr(-1), Ptr(chunk.index), 0, 0, 0))]
+
+    # a made-up vector variant: only pieces whose start and width keep 16-byte alignment
+    vector = Variant(
+        "vector", "chunk", frozenset({"backward"}),
+        accepts=lambda c, t: c.piece_align == 0 and (c.offset * 4) % 16 == 0 and (c.width * 4) % 16 == 0,
+        build=vector_steps,
+    )  # fmt: skip
+    p = make_plan(problem, DeviceTraits(), [vector, plan.SEED])
+    assert p.variants == ("vector", "seed", "seed")  # piece 2 sits at element 21: not aligned
+    assert p.steps[0].grid == (1, 1, 1)
+    fused = Variant("fused", "op", frozenset({"backward"}), lambda pr, t: pr.rows < 100, lambda pr, t: [])
+    assert make_plan(problem, DeviceTraits(), [fused, vector, plan.SEED]).variants == ("fused",)
+    assert make_plan(Problem("forward", f32, 10, (4,)), DeviceTraits(), [fused, plan.SEED]).variants == (
+        "seed",
+    )
+    with pytest.raises(ValueError, match="no kernel variant accepts piece 1"):
+        make_plan(problem, DeviceTraits(), [vector])
+    with pytest.raises(ValueError, match="scope must be 'op' or 'chunk'"):
+        Variant("bad", "row", frozenset(), vector.accepts, vector.build)
+
+
+# --- the whole call path on an emulated device ---------------------------------------------
+
+
+class EmulatedDevice:
+    """Enough of runtime.Device for the ops: memory is one numpy byte pool, addresses
+    are offsets into it from BASE, and launched kernels run through `emulate`."""
+
+    BASE = 1 << 40
+
+    def __init__(self, max_grid_x=2**31 - 1):
+        self.ordinal, self.arch = 0, "sm_90"
+        self.max_grid = (max_grid_x, 65535, 65535)
+        self.multiprocessor_count, self.max_shared_memory_per_block = 132, 227 * 1024
+        self.pool = np.zeros(1 << 20, np.uint8)
+        self.used = 0
+        self.loads, self.launches, self.allocations = [], [], []
+
+    def alloc(self, nbytes):
+        ptr = self.BASE + self.used
+        self.used += -(-nbytes // 256) * 256 or 256
+        self.allocations.append((ptr, ptr + nbytes))
+        return ptr
+
+    def rest_of_allocation(self, ptr):
+        """The bytes from ``ptr`` to the end of the allocation holding it."""
+        (end,) = [end for start, end in self.allocations if start <= ptr < end]
+        return self.pool[ptr - self.BASE : end - self.BASE]
+
+    def view(self, ptr, nbytes):
+        return self.pool[ptr - self.BASE : ptr - self.BASE + nbytes]
+
+    def array(self, shape, dtype, data=None):
+        a = FakeArray(shape, dtype, ptr=self.alloc(math.prod(shape) * ptxgen.resolve_dtype(dtype).itemsize))
+        if data is not None:
+            self.view(a.ptr, a.nbytes)[:] = np.frombuffer(np.ascontiguousarray(data).tobytes(), np.uint8)
+        return a
+
+    def read(self, a, np_dtype):
+        return self.view(a.ptr, a.nbytes).view(np_dtype).reshape(a.shape)
+
+    def empty(self, shape, dtype):
+        return self.array(shape, ptxgen.resolve_dtype(dtype).name)
+
+    def load(self, kernel):
+        self.loads.append(kernel.id)
+        device = self
+
+        class Function:
+            def launch(self, grid, block, args, *, stream=None, shared_mem=0):
+                device.launches.append((kernel.id, grid, args, stream))
+                isz = ptxgen.resolve_dtype(kernel.dtype).itemsize
+                src, dst = args[0], args[1]
+                arrays = {0: device.rest_of_allocation(src), 1: device.rest_of_allocation(dst)}
+                steps = [Step(kernel, grid, block, (Ptr(0), Ptr(1), *args[2:]))]
+                assert src % isz == 0 and dst % isz == 0
+                emulate(steps, arrays, (device.max_grid[0], 2**31 - 1))
+
+        return type("Module", (), {"function": Function()})()
+
+
+@pytest.fixture
+def emulated(monkeypatch):
+    device = EmulatedDevice()
+    monkeypatch.setattr(ops, "_device_for", lambda op, named: device)
+    monkeypatch.setattr(ops, "_plans", weakref.WeakKeyDictionary())
+    return device
+
+
+@pytest.mark.parametrize(
+    "shape, sizes, dim",
+    [
+        ((37,), (1, 0, 36), 0),
+        ((5, 17), (3, 14), -1),
+        ((2, 9, 3, 4), (2, 0, 7), 1),
+        ((3, 4, 11, 2), (5, 6), -2),
+        ((0, 6), (2, 4), 1),
+        ((4, 6, 0), (2, 4), 1),
+    ],
+)
+def test_the_ops_split_and_join_like_numpy(emulated, shape, sizes, dim):
+    rng = np.random.default_rng()
+    data = rng.integers(-(2**15), 2**15, shape, dtype=np.int16)
+    dy = emulated.array(shape, "i16", data)
+    pieces = runtime.channel_cat_backward(dy, sizes, dim)
+    want = np.split(data, np.cumsum(sizes)[:-1], axis=dim)
+    assert [p.shape for p in pieces] == [w.shape for w in want]
+    for got, w in zip(pieces, want):
+        assert np.array_equal(emulated.read(got, np.int16), w)
+    y = runtime.channel_cat_forward(pieces, dim)
+    assert y.shape == shape and np.array_equal(emulated.read(y, np.int16), data)
+    out = [emulated.array(w.shape, "i16") for w in want]
+    before = len(emulated.launches)
+    result = runtime.channel_cat_backward(dy, list(sizes), dim, out=out, stream=7)
+    assert len(result) == len(out) and all(r is o for r, o in zip(result, out))
+    for got, w in zip(out, want):
+        assert np.array_equal(emulated.read(got, np.int16), w)
+    assert all(stream == 7 for *_, stream in emulated.launches[before:])
+
+
+def test_a_shape_is_planned_once_and_replanned_for_new_alignments(emulated, monkeypatch):
+    made = []
+    real = ops.make_plan
+    monkeypatch.setattr(
+        ops, "make_plan", lambda problem, traits: made.append(problem) or real(problem, traits)
+    )
+    data = np.arange(6 * 10, dtype=np.float32).reshape(6, 10)
+    dy = emulated.array((6, 10), "f32", data)
+    for _ in range(3):
+        a, b = runtime.channel_cat_backward(dy, [3, 7])
+        assert np.array_equal(emulated.read(b, np.float32), data[:, 3:])
+    assert len(made) == 1 and len(emulated.loads) == 2 and len(emulated.launches) == 6
+    # the same shape from an address 4 bytes past a 16-byte boundary: a plan of its own
+    shifted = emulated.array((6 * 10 + 1,), "f32")
+    dy2 = FakeArray((6, 10), "f32", ptr=shifted.ptr + 4)
+    emulated.view(dy2.ptr, dy2.nbytes)[:] = np.frombuffer(data.tobytes(), np.uint8)
+    a, b = runtime.channel_cat_backward(dy2, [3, 7])
+    assert np.array_equal(emulated.read(a, np.float32), data[:, :3])
+    assert len(made) == 2 and made[1].wide_align == 4 and made[0].wide_align == 0
+
+
+def test_grids_past_the_device_limit_become_several_launches(monkeypatch):
+    device = EmulatedDevice(max_grid_x=5)
+    monkeypatch.setattr(ops, "_device_for", lambda op, named: device)
+    monkeypatch.setattr(ops, "_plans", weakref.WeakKeyDictionary())
+    data = np.random.default_rng().integers(0, 2**63, (23, 40), dtype=np.uint64)
+    pieces = runtime.channel_cat_backward(device.array((23, 40), "i64", data), [39, 1])
+    assert np.array_equal(device.read(pieces[0], np.uint64), data[:, :39])
+    assert np.array_equal(device.read(pieces[1], np.uint64), data[:, 39:])
+    assert len(device.launches) == 5 + 5  # 23 rows, 5 per launch, for each piece

@@ -39,7 +39,8 @@ def _load() -> ModuleType:
         from cuda.bindings import driver
     except ImportError as err:
         raise CudaUnavailable(
-            f"cuda-bindings is not importable ({err}); install it with: pip install cuda-bindings"
+            f"cuda-bindings is not importable ({err}); "
+            "install it with: pip install 'ptxgen[runtime]' (or cuda-bindings)"
         ) from None
     try:
         (err,) = driver.cuInit(0)

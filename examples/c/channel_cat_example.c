@@ -217,7 +217,7 @@ static int read_entry(const json_value *e, kernel_spec *k) {
     const json_value *block = json_get(e, "block");
     if (!block || block->type != JSON_ARRAY || block->count != 3) return bad_bundle(k->id, "block is not 3 ints");
     for (int i = 0; i < 3; i++) {
-        uint64_t b;
+        uint64_t b = 0;
         if (!json_u64(&block->items[i], &b) || b == 0 || b > 1024) return bad_bundle(k->id, "bad block");
         k->block[i] = (unsigned int)b;
     }
@@ -274,6 +274,7 @@ static int is_channel_cat_backward(const kernel_spec *k) {
 
 /* "sm_90" -> 90, "sm_100a" -> 100 with *suffix 'a'; -1 if it is not sm_<digits>. */
 static int target_number(const char *target, char *suffix) {
+    *suffix = '\0';
     if (strncmp(target, "sm_", 3) != 0) return -1;
     char *end;
     long n = strtol(target + 3, &end, 10);
@@ -297,7 +298,7 @@ static const json_value *choose(const json_value *kernels, const char *id, const
             continue;
         }
         if (cc < 0) return e;
-        char suffix;
+        char suffix = '\0';
         int number = target_number(etarget, &suffix);
         /* sm_XXa/f code runs only on that architecture (family); plain PTX JITs forward. */
         int runs = suffix ? number == cc : (number > 0 && number <= cc);
@@ -374,7 +375,7 @@ static int prepare(const kernel_spec *k, const launch_values *v, unsigned char *
     };
     for (int i = 0; i < 3; i++) {
         char error[256];
-        uint64_t g;
+        uint64_t g = 0;
         if (!grid_eval(k->grid[i], variables, 4, &g, error, sizeof error)) {
             fprintf(stderr, PROG ": grid expression %s\n", error);
             return 0;
@@ -521,7 +522,7 @@ static int run(const kernel_spec *k, const char *ptx, CUdevice device, const cha
     CUcontext context = NULL;
     CUmodule module = NULL;
     CUfunction fn = NULL;
-    int status = 1, max_grid[3], max_block[3];
+    int status = 1, max_grid[3] = {0, 0, 0}, max_block[3] = {0, 0, 0};
     const int grid_attributes[3] = {ATTRIBUTE_MAX_GRID_DIM_X, ATTRIBUTE_MAX_GRID_DIM_Y, ATTRIBUTE_MAX_GRID_DIM_Z};
     const int block_attributes[3] = {ATTRIBUTE_MAX_BLOCK_DIM_X, ATTRIBUTE_MAX_BLOCK_DIM_Y,
                                      ATTRIBUTE_MAX_BLOCK_DIM_Z};
@@ -582,7 +583,7 @@ int main(int argc, char **argv) {
     if (!dir) return usage();
 
     char path[4096];
-    size_t length;
+    size_t length = 0;
     if (snprintf(path, sizeof path, "%s/manifest.json", dir) >= (int)sizeof path) return usage();
     char *text = read_file(path, &length);
     if (!text) return 2;
@@ -595,7 +596,7 @@ int main(int argc, char **argv) {
     }
     int status = 2;
     char *ptx = NULL;
-    uint64_t version;
+    uint64_t version = 0;
     const json_value *kernels = json_get(manifest, "kernels");
     const char *format = json_string(json_get(manifest, "format"));
     if (!format || strcmp(format, "ptxgen-bundle") != 0 || !json_u64(json_get(manifest, "format_version"), &version) ||
@@ -610,7 +611,7 @@ int main(int argc, char **argv) {
     if (!plan_only) {
         status = 1;
         if (!load_driver() || !CU(cuInit(0))) goto done;
-        int driver_version, major, minor;
+        int driver_version = 0, major = 0, minor = 0;
         if (!CU(cuDriverGetVersion(&driver_version)) || !CU(cuDeviceGet(&device, 0)) ||
             !CU(cuDeviceGetName(device_name, (int)sizeof device_name, device)) ||
             !CU(cuDeviceGetAttribute(&major, ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device)) ||

@@ -109,10 +109,10 @@ static char *parse_string(parser *p) {
             case 'r': out[n++] = '\r'; break;
             case 't': out[n++] = '\t'; break;
             case 'u': {
-                uint32_t cp;
+                uint32_t cp = 0;
                 if (!hex4(p, &cp)) { fail(p, "bad \\u escape"); goto error; }
                 if (cp >= 0xD800 && cp <= 0xDBFF) { /* a high surrogate: its pair must follow */
-                    uint32_t low;
+                    uint32_t low = 0;
                     if (!literal(p, "\\u") || !hex4(p, &low) || low < 0xDC00 || low > 0xDFFF) {
                         fail(p, "unpaired surrogate in a \\u escape");
                         goto error;

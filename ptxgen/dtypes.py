@@ -1,9 +1,12 @@
 """The element types ptxgen knows, in one table.
 
 Each entry separates how an element sits in memory (the type suffix of ``ld``/``st``)
-from the register that holds it while the kernel works on it. PTX has no 8-bit
-registers and no arithmetic on fp8 or bf16 in the copy kernels, so 8-bit elements
-are moved as ``.b8`` through 16-bit registers and f16/bf16 as plain ``.b16`` bits.
+from the register that holds it while the kernel works on it. PTX does have 8-bit
+registers (``.reg .b8`` assembles), but only ``ld``, ``st`` and ``cvt`` take them:
+ptxas 13.5 refuses ``mov.u8`` and ``add.u8``. So 8-bit elements are loaded and stored
+as ``.b8`` into 16-bit registers, where any later instruction may use them (nvcc does
+the same for a ``char``), and f16/bf16 move as plain ``.b16`` bits, since the copy
+kernels do no arithmetic on them.
 
 Nothing here imports numpy or any framework: callers may pass numpy dtypes,
 numpy scalar types or torch dtypes, and they are recognised by their names.
@@ -94,15 +97,28 @@ def _spelling_of(value: object) -> str | None:
     return None
 
 
+def _check_byte_order(value: object) -> None:
+    """Refuse a big-endian numpy dtype: its ``name`` is the same as the native one's
+    (``>f4`` is ``float32``), but its bytes are swapped on every CUDA host, so a copy
+    would silently put wrong values on the device."""
+    typestr = getattr(value, "str", None)  # numpy.dtype: '<f4', '>f4', '|u1'
+    if isinstance(typestr, str) and typestr.startswith(">") and not isinstance(value, type):
+        raise ValueError(
+            f"dtype {typestr!r} is big-endian; accepted: little-endian or native byte order "
+            f"(convert with array.astype(array.dtype.newbyteorder('<')))"
+        )
+
+
 def resolve_dtype(value: object) -> DType:
     """Turn a dtype name, alias, numpy dtype or torch dtype into a :class:`DType`.
 
     Raises ``TypeError`` for something that is no dtype at all and ``ValueError``
-    for a dtype ptxgen has no kernels for.
+    for a dtype ptxgen has no kernels for, or a big-endian numpy dtype.
     """
     if isinstance(value, DType):
         return value
     spelling = _spelling_of(value)
+    _check_byte_order(value)
     if spelling is None:
         raise TypeError(
             f"dtype must be a name such as 'f32', a numpy dtype or a torch dtype, "

@@ -1,17 +1,23 @@
-"""ptxas and nvdisasm from NVIDIA's PyPI wheels: assemble PTX, read the resource
-report, disassemble to SASS. Needs no GPU.
+"""ptxas and nvdisasm: assemble PTX, read the resource report, disassemble to SASS.
+Needs no GPU.
 
-The tools are found through the installed distributions (``nvidia-cuda-nvcc`` ships
-ptxas, ``nvidia-cuda-nvdisasm`` ships nvdisasm), never through ``PATH``, so the
-version that checks the PTX is the one pinned by the project. ``PTXGEN_PTXAS`` and
-``PTXGEN_NVDISASM`` name another binary explicitly.
+:func:`find_tool` looks for each tool in this order, and takes the first it finds:
+
+1. ``PTXGEN_PTXAS`` / ``PTXGEN_NVDISASM``: an explicit path. If it is set, it must
+   name an executable file; anything else is an error rather than a silent fallback.
+2. NVIDIA's PyPI wheels (``nvidia-cuda-nvcc`` ships ptxas, ``nvidia-cuda-nvdisasm``
+   ships nvdisasm; the ``tools`` extra installs them): the version the project pins.
+3. A CUDA toolkit: ``$CUDA_HOME/bin``, ``$CUDA_PATH/bin``, then ``/usr/local/cuda/bin``.
+4. ``PATH``.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
+import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -53,30 +59,69 @@ class PtxasError(RuntimeError):
         super().__init__(f"ptxas rejected the PTX for {target}:\n{log.strip()}{detail}")
 
 
-def find_tool(name: str) -> Path:
-    """The path of ``ptxas`` or ``nvdisasm`` inside NVIDIA's installed wheel."""
-    if name not in _DISTRIBUTIONS:
-        raise ValueError(f"unknown tool {name!r}; known: {', '.join(_DISTRIBUTIONS)}")
-    override = os.environ.get(f"PTXGEN_{name.upper()}")
-    if override:
-        path = Path(override)
-        if not path.is_file():
-            raise ToolNotFound(f"PTXGEN_{name.upper()}={override} is not a file")
-        return path
+# The toolkit's default location on Linux; a module constant so tests can move it.
+DEFAULT_TOOLKIT = Path("/usr/local/cuda")
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def _exe_name(name: str) -> str:
+    return name + ".exe" if sys.platform == "win32" else name
+
+
+def _from_wheel(name: str) -> Path | None:
+    """The tool inside NVIDIA's installed wheel, or None."""
     for dist_name in _DISTRIBUTIONS[name]:
         try:
             dist = metadata.distribution(dist_name)
         except metadata.PackageNotFoundError:
             continue
         for f in dist.files or ():
-            if f.name == name and f.parent.name == "bin":
+            if f.name == _exe_name(name) and f.parent.name == "bin":
                 path = Path(str(dist.locate_file(f)))
-                if path.is_file():
+                if _executable(path):
                     return path
-    wheels = " or ".join(_DISTRIBUTIONS[name][:1])
+    return None
+
+
+def _toolkit_dirs() -> list[Path]:
+    roots = [os.environ.get(var) for var in ("CUDA_HOME", "CUDA_PATH")]
+    return [Path(root) / "bin" for root in roots if root] + [DEFAULT_TOOLKIT / "bin"]
+
+
+def find_tool(name: str) -> Path:
+    """The path of ``ptxas`` or ``nvdisasm``, found in the order the module docstring gives.
+
+    Raises :class:`ToolNotFound` (one line: where it looked, how to install) if there is none.
+    """
+    if name not in _DISTRIBUTIONS:
+        raise ValueError(f"unknown tool {name!r}; known: {', '.join(_DISTRIBUTIONS)}")
+    variable = f"PTXGEN_{name.upper()}"
+    override = os.environ.get(variable)
+    if override:
+        path = Path(override)
+        if not path.is_file():
+            raise ToolNotFound(f"{variable}={override} is not a file; unset it or name a {name} binary")
+        if not os.access(path, os.X_OK):
+            raise ToolNotFound(
+                f"{variable}={override} is not executable; chmod +x it, unset it or name a {name} binary"
+            )
+        return path
+    found = _from_wheel(name)
+    if found is not None:
+        return found
+    for folder in _toolkit_dirs():
+        if _executable(folder / _exe_name(name)):
+            return folder / _exe_name(name)
+    on_path = shutil.which(name)
+    if on_path:
+        return Path(on_path)
+    searched = ", ".join(str(d) for d in _toolkit_dirs())
     raise ToolNotFound(
-        f"{name} not found: install NVIDIA's wheel (pip install {wheels}), "
-        f"or set PTXGEN_{name.upper()} to a {name} binary"
+        f"{name} not found (looked at {variable}, the {_DISTRIBUTIONS[name][0]} wheel, {searched}, PATH): "
+        f"install it with pip install 'ptxgen[tools]' or a CUDA toolkit, or set {variable} to a {name} binary"
     )
 
 
@@ -131,18 +176,22 @@ def parse_resources(log: str) -> dict[str, FunctionResources]:
     }
 
 
+def _run(command: list[str | Path]) -> subprocess.CompletedProcess:
+    """Run a tool; one that exists but cannot start (wrong architecture, a broken
+    script) is a :class:`ToolNotFound` naming it, not an ``OSError`` traceback."""
+    try:
+        return subprocess.run([str(c) for c in command], capture_output=True, text=True, check=False)
+    except OSError as err:
+        raise ToolNotFound(f"{command[0]} could not be run: {err.strerror or err}") from None
+
+
 def assemble(source: str, target: str) -> AssembleResult:
     """Assemble ``source`` for ``target`` with ``ptxas -v``; raises :class:`PtxasError`."""
     ptxas = find_tool("ptxas")
     with tempfile.TemporaryDirectory(prefix="ptxgen-") as tmp:
         ptx, cubin = Path(tmp, "kernel.ptx"), Path(tmp, "kernel.cubin")
         ptx.write_text(source)
-        run = subprocess.run(
-            [str(ptxas), "-v", f"-arch={target}", str(ptx), "-o", str(cubin)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        run = _run([ptxas, "-v", f"-arch={target}", ptx, "-o", cubin])
         log = run.stdout + run.stderr
         if run.returncode != 0:
             raise PtxasError(target, log, source)
@@ -175,7 +224,7 @@ def disassemble(cubin: bytes) -> str:
     with tempfile.TemporaryDirectory(prefix="ptxgen-") as tmp:
         path = Path(tmp, "kernel.cubin")
         path.write_bytes(cubin)
-        run = subprocess.run([str(nvdisasm), "-c", str(path)], capture_output=True, text=True, check=False)
+        run = _run([nvdisasm, "-c", path])
         if run.returncode != 0:
             raise RuntimeError(f"nvdisasm failed: {(run.stdout + run.stderr).strip()}")
         return run.stdout

@@ -18,7 +18,11 @@ from .errors import CudaError, CudaUnavailable
 
 _lock = threading.Lock()
 _driver: ModuleType | None = None
-_failure: CudaUnavailable | None = None
+# Why the driver could not be loaded, kept as the exception's arguments rather than the
+# exception: re-raising one cached object would chain every caller's frames onto its
+# traceback (it grew without bound while no GPU was present, and printed tracebacks
+# showed earlier, unrelated calls). Each caller gets a fresh exception instead.
+_failure: tuple[str, str, int, str] | None = None
 
 _LIBCUDA = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
 
@@ -35,7 +39,8 @@ def _load() -> ModuleType:
         from cuda.bindings import driver
     except ImportError as err:
         raise CudaUnavailable(
-            f"cuda-bindings is not importable ({err}); install it with: pip install cuda-bindings"
+            f"cuda-bindings is not importable ({err}); "
+            "install it with: pip install 'ptxgen[runtime]' (or cuda-bindings)"
         ) from None
     try:
         (err,) = driver.cuInit(0)
@@ -58,13 +63,13 @@ def driver() -> ModuleType:
         return _driver
     with _lock:
         if _driver is None:
+            if _failure is None:
+                try:
+                    _driver = _load()
+                except CudaUnavailable as err:
+                    _failure = (str(err), err.call, err.code, err.name)
             if _failure is not None:
-                raise _failure
-            try:
-                _driver = _load()
-            except CudaUnavailable as err:
-                _failure = err
-                raise
+                raise CudaUnavailable(*_failure) from None
     return _driver
 
 

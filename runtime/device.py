@@ -11,7 +11,7 @@ from ptxgen.kernel import Kernel, conformance_problems
 from ptxgen.targets import min_cuda_for_isa, newest_isa_for_cuda, target_capability
 
 from ._driver import check, driver
-from .memory import DeviceArray
+from .memory import DeviceArray, check_byte_order
 
 __all__ = ["Device"]
 
@@ -149,6 +149,7 @@ class Device:
         import numpy as np
 
         host = np.asarray(array, order="C")  # ascontiguousarray would make 0-d arrays 1-d
+        check_byte_order(host)  # before anything is allocated
         target = resolve_dtype(host.dtype if dtype is None else dtype)
         if host.dtype.itemsize != target.itemsize:
             raise ValueError(

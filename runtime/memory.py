@@ -19,6 +19,16 @@ if TYPE_CHECKING:
 __all__ = ["DeviceArray", "numpy_dtype"]
 
 
+def check_byte_order(host: np.ndarray) -> None:
+    """Refuse a big-endian host array: its bytes are copied as they are, so they would
+    land swapped on the (little-endian) device."""
+    if host.dtype.byteorder == ">":
+        raise ValueError(
+            f"host array dtype {host.dtype.str!r} is big-endian; convert it first with "
+            f"array.astype(array.dtype.newbyteorder('<'))"
+        )
+
+
 def numpy_dtype(dtype: DType, bits: bool = False) -> np.dtype:
     """The numpy dtype for ``dtype``; ``bits=True`` gives the unsigned int of its width.
 
@@ -115,6 +125,7 @@ class DeviceArray:
         import numpy as np
 
         host = np.asarray(array, order="C")  # ascontiguousarray would make 0-d arrays 1-d
+        check_byte_order(host)
         if host.nbytes != self.nbytes:
             raise ValueError(f"host array has {host.nbytes} bytes, this DeviceArray {self.nbytes}")
         if self.nbytes:

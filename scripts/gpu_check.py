@@ -2,12 +2,14 @@
 """Run the GPU test suite and record the result in docs/gpu-check.json.
 
     python scripts/gpu_check.py              # run `pytest -m gpu`, write the record
-    python scripts/gpu_check.py --tree-hash  # print the hash of ptxgen/, runtime/, tests/
+    python scripts/gpu_check.py --tree-hash  # print the hash of the code the GPU suite runs
 
 The record ties a passing GPU run to the exact code it ran: ``tree`` is a sha256
-over every file under ptxgen/, runtime/ and tests/ (paths and contents, sorted by
-path, caches excluded). CI has no GPU, so this record is how a reviewer knows the
-GPU suite passed on the code being submitted. Uses only the standard library
+over every file under examples/, ptxgen/, runtime/, scripts/ and tests/ (paths and
+contents, sorted by path; caches and build outputs excluded), everything the GPU
+suite runs. CI has no GPU, so this record is how a reviewer knows the GPU suite
+passed on the code being submitted, and a CPU test checks that it matches the tree.
+Without a GPU it refuses to run and writes nothing. Uses only the standard library
 until it runs the tests.
 """
 
@@ -24,7 +26,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-HASHED = ("ptxgen", "runtime", "tests")
+HASHED = ("examples", "ptxgen", "runtime", "scripts", "tests")
+# Made by running things, not written by hand: never part of the tree.
+_EXCLUDED_DIRS = {"__pycache__", "build", ".pytest_cache"}
 RECORD = ROOT / "docs" / "gpu-check.json"
 
 
@@ -33,8 +37,11 @@ def tree_hash(root: Path = ROOT) -> str:
     files = sorted(
         p
         for folder in HASHED
+        if (root / folder).is_dir()
         for p in (root / folder).rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+        if p.is_file()
+        and not _EXCLUDED_DIRS.intersection(p.relative_to(root).parts)
+        and p.suffix not in (".pyc", ".o")
     )
     for path in files:
         digest.update(path.relative_to(root).as_posix().encode() + b"\0")
@@ -42,10 +49,20 @@ def tree_hash(root: Path = ROOT) -> str:
     return digest.hexdigest()
 
 
-def environment() -> dict[str, object]:
+def _runtime():
     sys.path.insert(0, str(ROOT))
     import runtime
 
+    return runtime
+
+
+def no_gpu_reason() -> str | None:
+    """Why the GPU suite cannot run here, or None."""
+    return _runtime().unavailable_reason()
+
+
+def environment() -> dict[str, object]:
+    runtime = _runtime()
     info: dict[str, object] = {"gpu": None, "driver": None}
     reason = runtime.unavailable_reason()
     if reason is None:
@@ -78,6 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.tree_hash:
         print(tree_hash())
         return 0
+
+    reason = no_gpu_reason()
+    if reason is not None:
+        # A record says the GPU suite passed; without a GPU it cannot, so nothing is written.
+        print(f"gpu_check: no GPU here ({reason}); not writing {RECORD.relative_to(ROOT)}", file=sys.stderr)
+        return 1
 
     tree = tree_hash()
     with tempfile.TemporaryDirectory() as tmp:
@@ -113,7 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         "pytest_exit_status": run.returncode,
     }
     if tree_hash() != tree:
-        print("the tree changed while the tests ran; not writing a record", file=sys.stderr)
+        print("gpu_check: the tree changed while the tests ran; not writing a record", file=sys.stderr)
+        return 1
+    if record["passed"] == 0 or record["gpu"] is None:
+        print(f"gpu_check: no GPU test passed; not writing {RECORD.relative_to(ROOT)}", file=sys.stderr)
         return 1
     RECORD.parent.mkdir(exist_ok=True)
     RECORD.write_text(json.dumps(record, indent=2) + "\n")

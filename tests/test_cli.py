@@ -69,6 +69,10 @@ def test_check_reports_registers_spills_and_stack(tmp_path):
         (["channel_cat_backward", "--target", "sm_10"], "unknown target 'sm_10'"),
         (["channel_cat_backward", "--bogus"], "unrecognized arguments: --bogus"),
         ([], "the following arguments are required: kernel"),
+        (["list", "--dtype", "bogus"], "list takes no options; got --dtype"),
+        (["list", "--dtype", "f32", "--check"], "list takes no options; got --dtype, --check"),
+        (["list", "--block-size", "128"], "list takes no options; got --block-size"),
+        (["--dtype", "f32", "bundle"], "'bundle' comes first and takes its own options"),
     ],
 )
 def test_bad_arguments_give_one_line_and_nonzero_exit(args, message):
@@ -77,3 +81,13 @@ def test_bad_arguments_give_one_line_and_nonzero_exit(args, message):
     assert out.stdout == ""
     assert message in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_version():
+    out = run("--version")
+    assert out.returncode == 0 and out.stdout == f"ptxgen {ptxgen.__version__}\n"
+
+
+def test_defaults_still_apply_when_options_are_left_out():
+    out = run("channel_cat_forward", "--target", "sm_90")
+    assert out.returncode == 0 and out.stdout == ptxgen.ChannelCatForward("f32", 128, target="sm_90").source

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -10,28 +11,91 @@ import sys
 import pytest
 from conftest import ROOT
 
+import ptxgen
 import runtime
 
 
-def test_launch_script_without_a_gpu_explains_and_assembles():
+def launch(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "scripts/launch_channel_cat_backward.py", *args],
+        cwd=ROOT, capture_output=True, text=True, env=env,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def no_gpu():
     if runtime.is_available():
         pytest.skip("this machine has a GPU; the GPU suite runs the script for real")
-    out = subprocess.run(
-        [sys.executable, "scripts/launch_channel_cat_backward.py"], cwd=ROOT, capture_output=True, text=True
-    )
+
+
+def test_launch_script_without_a_gpu_shows_the_plan_and_assembles(no_gpu):
+    out = launch("--dtype", "u8", "--block-size", "96", "--chunks", "3,17,12", "--n-spatial", "1001")
     assert out.returncode == 0, out.stderr
-    first = out.stdout.splitlines()[0]
-    assert first.startswith("no GPU: ")
+    assert out.stderr == ""
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("no GPU: ")
+    assert lines[1].startswith("launch plan: channel_cat_backward__u8__96 (sm_75, PTX ISA ")
+    # One launch per chunk, its grid, and its parameter bytes: chunk_c, c_total, chunk_offset.
+    for i, (chunk_c, offset) in enumerate([(3, 0), (17, 3), (12, 20)]):
+        assert (
+            f"  launch {i + 1}: dx = dy[:, {offset}:{offset + chunk_c}], grid (1001, 1, 1) x block (96, 1, 1)"
+            in out.stdout
+        )
+    assert "       16  chunk_c       i32       11 00 00 00              = 17" in lines
+    assert "       20  c_total       i32       20 00 00 00              = 32" in lines
+    assert "       24  chunk_offset  i32       14 00 00 00              = 20" in lines
+    assert out.stdout.count("parameter buffer, 32 bytes") == 3
     assert "channel_cat_backward_entry_point:" in out.stdout and "registers" in out.stdout
-    assert "Traceback" not in out.stderr
+    assert "accepted channel_cat_backward__u8__96 for sm_75" in out.stdout
 
 
-def test_launch_script_rejects_bad_options():
-    out = subprocess.run(
-        [sys.executable, "scripts/launch_channel_cat_backward.py", "--dtype", "f7"],
-        cwd=ROOT, capture_output=True, text=True,
-    )  # fmt: skip
-    assert out.returncode == 2 and "unknown dtype 'f7'" in out.stdout
+def test_launch_script_without_a_gpu_or_ptxas_fails_in_one_line(no_gpu, tmp_path):
+    env = {**os.environ, "PTXGEN_PTXAS": str(tmp_path / "no-ptxas")}
+    out = launch(env=env)
+    assert out.returncode == 1
+    assert out.stderr.startswith("launch_channel_cat_backward: no GPU and cannot assemble the PTX either: ")
+    assert len(out.stderr.splitlines()) == 1 and "Traceback" not in out.stderr
+    assert "launch plan:" in out.stdout  # what it could do, it did
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--dtype", "f7"], "unknown dtype 'f7'"),
+        (["--block-size", "100"], "block_size 100 is not accepted"),
+        (["--n-spatial", "-5", "--repeat", "0"], "argument --n-spatial: takes a positive int, not -5"),
+        (["--n-spatial", "0"], "argument --n-spatial: takes a positive int, not 0"),
+        (["--repeat", "0"], "argument --repeat: takes a positive int, not 0"),
+        (["--repeat", "many"], "argument --repeat: takes a positive int, not 'many'"),
+        (["--chunks", "16,0"], "argument --chunks: takes positive ints separated by commas, not '16,0'"),
+        (["--chunks", ""], "argument --chunks: takes positive ints separated by commas, not ''"),
+        (["--chunks", "3,x"], "not '3,x'"),
+        (["--chunks", "2000000000,2000000000"], "--chunks add up to 4000000000 channels; c_total is an i32"),
+        (
+            ["--n-spatial", "3000000000", "--block-size", "32", "--chunks", "64"],
+            "needs 6000000000 CTAs; at most 2147483647",
+        ),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_launch_script_refuses_bad_options_in_one_line(args, message):
+    out = launch(*args)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("launch_channel_cat_backward: error: ")
+    assert message in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
+
+
+def test_the_launch_plan_bytes_are_the_param_layout():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import launch_channel_cat_backward as script
+
+    kernel = ptxgen.ChannelCatBackward("f64", 256)
+    plan = script.launch_plan(kernel, 7, [300, 1])
+    assert "  launch 1: dx = dy[:, 0:300], grid (14, 1, 1) x block (256, 1, 1) = 14 CTAs" in plan
+    assert "  launch 2: dx = dy[:, 300:301], grid (7, 1, 1) x block (256, 1, 1) = 7 CTAs" in plan
+    assert "chunk_c       i32       2c 01 00 00              = 300" in plan  # 300 = 0x12c
+    assert "c_total       i32       2d 01 00 00              = 301" in plan
+    assert "device address of dx, 7 x 300 (16800 bytes)" in plan
 
 
 def test_tree_hash_is_printed_and_stable():
@@ -45,21 +109,69 @@ def test_tree_hash_covers_the_code(tmp_path):
     sys.path.insert(0, str(ROOT / "scripts"))
     import gpu_check
 
-    for folder in ("ptxgen", "runtime", "tests"):
+    folders = ("examples", "ptxgen", "runtime", "scripts", "tests")
+    for folder in folders:
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "a.py").write_text("x = 1\n")
     before = gpu_check.tree_hash(tmp_path)
     (tmp_path / "runtime" / "__pycache__").mkdir()
     (tmp_path / "runtime" / "__pycache__" / "a.pyc").write_bytes(b"cache")
-    assert gpu_check.tree_hash(tmp_path) == before  # caches do not count
-    (tmp_path / "tests" / "a.py").write_text("x = 2\n")
-    assert gpu_check.tree_hash(tmp_path) != before
+    (tmp_path / "examples" / "build").mkdir()
+    (tmp_path / "examples" / "build" / "program").write_bytes(b"built")
+    assert gpu_check.tree_hash(tmp_path) == before  # caches and build outputs do not count
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "gpu-check.json").write_text("{}")
+    assert gpu_check.tree_hash(tmp_path) == before  # nor does the record itself
+    for folder in folders:  # everything the GPU suite runs does
+        (tmp_path / folder / "a.py").write_text(f"x = {folder!r}\n")
+        after = gpu_check.tree_hash(tmp_path)
+        assert after != before
+        before = after
 
 
-def test_the_committed_record_has_the_documented_fields():
-    path = ROOT / "docs" / "gpu-check.json"
-    if not path.exists():
-        pytest.skip("no GPU record yet")
-    record = json.loads(path.read_text())
+def test_the_committed_record_is_for_this_tree():
+    """docs/gpu-check.json must record a passing GPU run of exactly this code: run
+    ``python scripts/gpu_check.py`` on a GPU machine after the last change."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gpu_check
+
+    record = json.loads((ROOT / "docs" / "gpu-check.json").read_text())
     for key in ("tree", "passed", "failed", "skipped", "gpu", "driver", "cuda_bindings", "date"):
         assert key in record
+    assert record["passed"] > 0 and record["failed"] == 0 and record["gpu"]
+    assert record["tree"] == gpu_check.tree_hash(), (
+        "docs/gpu-check.json was recorded on other code; rerun python scripts/gpu_check.py on a GPU"
+    )
+
+
+def test_gpu_check_refuses_to_write_a_record_without_a_gpu(tmp_path, monkeypatch, capsys):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gpu_check
+
+    record = tmp_path / "docs" / "gpu-check.json"
+    record.parent.mkdir()
+    record.write_text("{}\n")
+    monkeypatch.setattr(gpu_check, "ROOT", tmp_path)
+    monkeypatch.setattr(gpu_check, "RECORD", record)
+    monkeypatch.setattr(gpu_check, "no_gpu_reason", lambda: "no NVIDIA driver found (test)")
+
+    def no_tests(*args, **kwargs):
+        raise AssertionError("the GPU suite must not run without a GPU")
+
+    monkeypatch.setattr(gpu_check.subprocess, "run", no_tests)
+    assert gpu_check.main([]) == 1
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1
+    assert "no GPU here (no NVIDIA driver found (test)); not writing docs/gpu-check.json" in out.err
+    assert record.read_text() == "{}\n"
+
+
+def test_gpu_check_script_without_a_gpu_exits_non_zero_and_leaves_the_record(tmp_path):
+    if runtime.is_available():
+        pytest.skip("this machine has a GPU: the script would run the GPU suite")
+    record = ROOT / "docs" / "gpu-check.json"
+    before = record.read_bytes()
+    out = subprocess.run([sys.executable, "scripts/gpu_check.py"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.startswith("gpu_check: no GPU here (") and len(out.stderr.splitlines()) == 1
+    assert record.read_bytes() == before

@@ -9,8 +9,9 @@ C, C++ and Rust runtimes use it.
 
 Output is deterministic: the same kernels give the same bytes (sorted keys, a fixed
 entry order, no timestamps or paths), so a runtime can vendor a bundle and diff it.
-Only the :class:`ptxgen.Kernel` protocol is read, plus ``grid_expression`` where a
-kernel has one, so hand-written kernels bundle too.
+Only the :class:`ptxgen.Kernel` protocol is read, plus ``grid_expression``,
+``footprint_expressions`` and ``requires`` where a kernel has them, so hand-written
+kernels bundle too.
 """
 
 from __future__ import annotations
@@ -61,7 +62,34 @@ def ptx_file_name(kernel: Kernel) -> str:
     return f"{kernel.id}__{kernel.target}.ptx"
 
 
-def _param(slot: Any) -> dict[str, Any]:
+def _expression(kernel: Kernel, text: object, what: str, params: set[str], scalars: set[str]) -> set[str]:
+    """Check one C expression of the bundle grammar; return the inputs it uses that are
+    not parameters (``n_spatial``)."""
+    if not isinstance(text, str) or not _EXPRESSION.fullmatch(text):
+        raise BundleError(
+            f"{kernel.id}: {what} {text!r} is not accepted; accepted: integers, names, + - * / and parentheses"
+        )
+    inputs = set()
+    for name in _IDENTIFIER.findall(text):
+        if name in params and name not in scalars:
+            raise BundleError(f"{kernel.id}: {what} {text!r} uses pointer parameter {name!r}")
+        if name not in params:
+            inputs.add(name)
+    return inputs
+
+
+def _footprint(kernel: Kernel, declared: Any, params: set[str], scalars: set[str]) -> dict[str, Any]:
+    if not isinstance(declared, dict) or "elements" not in declared or "align" not in declared:
+        raise BundleError(f"{kernel.id}: a footprint needs 'elements' and 'align', not {declared!r}")
+    out: dict[str, Any] = {"align": int(declared["align"])}
+    for key in ("elements", "if_nonzero"):
+        if key in declared:
+            _expression(kernel, declared[key], f"footprint {key}", params, scalars)
+            out[key] = declared[key]
+    return out
+
+
+def _param(slot: Any, footprint: dict[str, Any] | None = None) -> dict[str, Any]:
     t = slot.type
     entry: dict[str, Any] = {
         "name": slot.name,
@@ -79,8 +107,8 @@ def _param(slot: Any) -> dict[str, Any]:
     else:
         entry["min"] = t.min
         entry["max"] = t.max
-    # "footprint" (what a launch reads or writes through a pointer) is reserved in the
-    # schema; it is absent until kernels declare one.
+    if footprint is not None:
+        entry["footprint"] = footprint
     return entry
 
 
@@ -92,16 +120,7 @@ def _grid(kernel: Kernel, scalars: set[str], params: set[str]) -> dict[str, Any]
         raise BundleError(f"{kernel.id}: grid_expression must be 3 C expressions, not {expression!r}")
     inputs: set[str] = set()
     for axis in expression:
-        if not isinstance(axis, str) or not _EXPRESSION.fullmatch(axis):
-            raise BundleError(
-                f"{kernel.id}: grid expression {axis!r} is not accepted; accepted: "
-                "integers, names, + - * / and parentheses"
-            )
-        for name in _IDENTIFIER.findall(axis):
-            if name in params and name not in scalars:
-                raise BundleError(f"{kernel.id}: grid expression {axis!r} uses pointer parameter {name!r}")
-            if name not in params:
-                inputs.add(name)
+        inputs |= _expression(kernel, axis, "grid expression", params, scalars)
     return {"x": expression[0], "y": expression[1], "z": expression[2], "inputs": sorted(inputs)}
 
 
@@ -116,6 +135,17 @@ def entry(kernel: Kernel) -> dict[str, Any]:
         raise BundleError(f"{kernel.id}: content_hash {kernel.content_hash} is not the sha256 of its source")
     layout = param_layout(kernel.arg_names, kernel.arg_types)
     scalars = {s.name for s in layout if not s.type.is_pointer}
+    names = {s.name for s in layout}
+    declared = getattr(kernel, "footprint_expressions", None) or {}
+    unknown = set(declared) - (names - scalars)
+    if unknown:
+        raise BundleError(f"{kernel.id}: footprints for {sorted(unknown)}, which are no pointer parameters")
+    footprints = {arg: _footprint(kernel, fp, names, scalars) for arg, fp in declared.items()}
+    requires = []
+    for value, limit in getattr(kernel, "requires", None) or ():
+        _expression(kernel, value, "requirement", names, scalars)
+        _expression(kernel, limit, "requirement", names, scalars)
+        requires.append({"value": value, "at_most": limit})
     block = [int(b) for b in kernel.block]
     return {
         "id": kernel.id,
@@ -127,9 +157,10 @@ def entry(kernel: Kernel) -> dict[str, Any]:
         "target": kernel.target,
         "ptx_version": kernel.ptx_version,
         "block": block,
-        "grid": _grid(kernel, scalars, {s.name for s in layout}),
-        "params": [_param(s) for s in layout],
+        "grid": _grid(kernel, scalars, names),
+        "params": [_param(s, footprints.get(s.name)) for s in layout],
         "param_buffer_size": param_buffer_size(layout),
+        **({"requires": requires} if requires else {}),
     }
 
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, HandWrittenKernel
+from conftest import FILL_PTX, FILL_TYPES, ROOT, hand_written_kernel
 
 import ptxgen
 from ptxgen import bundle
@@ -83,7 +83,9 @@ def test_every_entry_describes_its_file_and_kernel(sample):
         assert (src["writes"], dst["writes"]) == (False, True)
         assert src["dtype"] == dst["dtype"] == dtype
         assert src["element_size"] == ptxgen.DTYPES[dtype].itemsize
-        assert all("footprint" not in p for p in e["params"])  # reserved until kernels declare one
+        assert {p["name"]: p["footprint"] for p in e["params"][:2]} == kernel.footprint_expressions
+        assert all("footprint" not in p for p in e["params"][2:])
+        assert e["requires"] == [{"value": "chunk_offset + chunk_c", "at_most": "c_total"}]
         assert [p["ptx_type"] for p in e["params"]] == ["u64", "u64", "u32", "u32", "u32"]
         assert [(p["min"], p["max"]) for p in e["params"][2:]] == [(0, 2**31 - 1)] * 3
 
@@ -183,7 +185,7 @@ def test_output_is_required():
 
 
 def test_a_hand_written_kernel_bundles_with_no_grid(tmp_path, validator):
-    kernel = HandWrittenKernel()
+    kernel = hand_written_kernel()
     path = bundle.write_bundle([kernel, ptxgen.ChannelCatBackward("f32", 128)], tmp_path)
     manifest = json.loads(path.read_text())
     validator.validate(manifest)
@@ -198,34 +200,37 @@ def test_a_hand_written_kernel_bundles_with_no_grid(tmp_path, validator):
     assert (tmp_path / e["file"]).read_text() == kernel.source
 
 
-class Lying(HandWrittenKernel):
+class Lying(ptxgen.PtxKernel):
     @property
     def content_hash(self) -> str:
         return "0" * 64
 
 
-class BadGrid(HandWrittenKernel):
+class BadGrid(ptxgen.PtxKernel):
     grid_expression = ("n * 2", "1; system(1)", "1")
 
 
-class PointerGrid(HandWrittenKernel):
+class PointerGrid(ptxgen.PtxKernel):
     grid_expression = ("out / 64", "1", "1")
 
 
-class BadId(HandWrittenKernel):
-    @property
-    def id(self) -> str:
-        return "../escape"
+class BadFootprint(ptxgen.PtxKernel):
+    footprint_expressions = {"n": {"elements": "n", "align": 4}}
+
+
+def fill(cls=ptxgen.PtxKernel, kernel_id="fill__u32__64"):
+    return cls("fill", FILL_PTX, ("out", "n", "value"), FILL_TYPES, 64, kernel_id=kernel_id)
 
 
 @pytest.mark.parametrize(
     "kernels, message",
     [
-        ([Lying()], "content_hash 000"),
-        ([BadGrid()], "grid expression '1; system(1)' is not accepted"),
-        ([PointerGrid()], "uses pointer parameter 'out'"),
-        ([BadId()], "kernel id '../escape' cannot be part of a file name"),
-        ([HandWrittenKernel(), HandWrittenKernel()], "two kernels would both be fill__u32__64__sm_75.ptx"),
+        ([fill(Lying)], "content_hash 000"),
+        ([fill(BadGrid)], "grid expression '1; system(1)' is not accepted"),
+        ([fill(PointerGrid)], "uses pointer parameter 'out'"),
+        ([fill(BadFootprint)], "footprints for ['n'], which are no pointer parameters"),
+        ([fill(kernel_id="../escape")], "kernel id '../escape' cannot be part of a file name"),
+        ([fill(), fill()], "two kernels would both be fill__u32__64__sm_75.ptx"),
         ([object()], "object"),
     ],
 )
@@ -260,6 +265,7 @@ def broken(manifest: dict, change) -> dict:
         lambda m: m["kernels"][0]["params"][2].update(writes=True),  # a scalar has no writes
         lambda m: m["kernels"][0]["params"][2].pop("max"),
         lambda m: m["kernels"][0].update(surprise=1),
+        lambda m: m["kernels"][0]["params"][2].update(footprint={"elements": "1", "align": 4}),  # scalars have none
     ],
 )
 def test_the_schema_refuses_a_broken_manifest(sample, validator, change):
@@ -268,9 +274,14 @@ def test_the_schema_refuses_a_broken_manifest(sample, validator, change):
         validator.validate(broken(sample[1], change))
 
 
-def test_the_schema_admits_the_reserved_footprint(sample, validator):
-    with_footprint = broken(
-        sample[1],
-        lambda m: m["kernels"][0]["params"][1].update(footprint={"elements": "n_spatial * chunk_c"}),
-    )
-    validator.validate(with_footprint)
+def test_the_schema_describes_footprints(sample, validator):
+    jsonschema = pytest.importorskip("jsonschema")
+    no_footprint = broken(sample[1], lambda m: [p.pop("footprint", None) for p in m["kernels"][0]["params"]])
+    validator.validate(no_footprint)  # optional: hand-written kernels may have none
+    for change in (
+        lambda m: m["kernels"][0]["params"][1].update(footprint={"elements": "n_spatial * chunk_c"}),  # no align
+        lambda m: m["kernels"][0]["params"][1]["footprint"].update(elements="n_spatial ? 1 : 0"),
+        lambda m: m["kernels"][0].update(requires=[{"value": "chunk_c"}]),
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            validator.validate(broken(sample[1], change))

@@ -162,15 +162,23 @@ class _ChannelCat(KernelBase):
         )
 
     @property
-    def footprint_expressions(self) -> dict[str, str]:
+    def footprint_expressions(self) -> dict[str, dict[str, str | int]]:
         """The footprints of a launch on :attr:`grid_expression`'s grid, as C expressions
-        (64-bit unsigned) over ``n_spatial`` and the kernel's integer arguments: elements
-        touched from each pointer, plus ``requires``, the condition the scalars must meet."""
-        wide = "(n_spatial == 0 || chunk_c == 0) ? 0 : (n_spatial - 1) * c_total + chunk_offset + chunk_c"
-        narrow = "n_spatial * chunk_c"
+        (unsigned 64-bit) over ``n_spatial`` and the kernel's integer arguments, per pointer:
+        ``elements`` touched from it (0 where ``if_nonzero`` is given and evaluates to 0) and
+        the byte ``align`` it needs. :attr:`requires` says what the scalars must satisfy."""
+        size = self._dtype.itemsize
+        wide = {"elements": "(n_spatial - 1) * c_total + chunk_offset + chunk_c", "if_nonzero": "n_spatial * chunk_c"}
+        narrow = {"elements": "n_spatial * chunk_c"}
         src, dst = self.arg_names[0], self.arg_names[1]
-        src_expr, dst_expr = (wide, narrow) if self._gather else (narrow, wide)
-        return {src: src_expr, dst: dst_expr, "requires": "chunk_offset + chunk_c <= c_total"}
+        src_fp, dst_fp = (wide, narrow) if self._gather else (narrow, wide)
+        return {src: {**src_fp, "align": size}, dst: {**dst_fp, "align": size}}
+
+    @property
+    def requires(self) -> tuple[tuple[str, str], ...]:
+        """Conditions a launch's scalars must meet, as C expressions ``(value, limit)``:
+        ``value <= limit``. The chunk lies within a row."""
+        return (("chunk_offset + chunk_c", "c_total"),)
 
     def __repr__(self) -> str:
         extra = "" if self.inline else ", inline=False"

@@ -265,7 +265,9 @@ def broken(manifest: dict, change) -> dict:
         lambda m: m["kernels"][0]["params"][2].update(writes=True),  # a scalar has no writes
         lambda m: m["kernels"][0]["params"][2].pop("max"),
         lambda m: m["kernels"][0].update(surprise=1),
-        lambda m: m["kernels"][0]["params"][2].update(footprint={"elements": "1", "align": 4}),  # scalars have none
+        lambda m: m["kernels"][0]["params"][2].update(
+            footprint={"elements": "1", "align": 4}
+        ),  # scalars have none
     ],
 )
 def test_the_schema_refuses_a_broken_manifest(sample, validator, change):
@@ -279,7 +281,9 @@ def test_the_schema_describes_footprints(sample, validator):
     no_footprint = broken(sample[1], lambda m: [p.pop("footprint", None) for p in m["kernels"][0]["params"]])
     validator.validate(no_footprint)  # optional: hand-written kernels may have none
     for change in (
-        lambda m: m["kernels"][0]["params"][1].update(footprint={"elements": "n_spatial * chunk_c"}),  # no align
+        lambda m: m["kernels"][0]["params"][1].update(
+            footprint={"elements": "n_spatial * chunk_c"}
+        ),  # no align
         lambda m: m["kernels"][0]["params"][1]["footprint"].update(elements="n_spatial ? 1 : 0"),
         lambda m: m["kernels"][0].update(requires=[{"value": "chunk_c"}]),
     ):

@@ -56,7 +56,13 @@ def c_eval(expression: str, env: dict) -> int:
 def test_expressions_agree_with_footprints_on_the_contract_grid(cls):
     k = cls("f16", 64)
     exprs = k.footprint_expressions
-    for rows, chunk_c, c_total, offset in [(0, 4, 8, 0), (5, 0, 8, 3), (7, 100, 131, 31), (1, 1, 1, 0), (3, 64, 64, 0)]:
+    for rows, chunk_c, c_total, offset in [
+        (0, 4, 8, 0),
+        (5, 0, 8, 3),
+        (7, 100, 131, 31),
+        (1, 1, 1, 0),
+        (3, 64, 64, 0),
+    ]:
         env = {"n_spatial": rows, "chunk_c": chunk_c, "c_total": c_total, "chunk_offset": offset}
         grid = tuple(c_eval(e, env) for e in k.grid_expression)
         assert grid == k.grid(rows, chunk_c)

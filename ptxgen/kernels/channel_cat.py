@@ -168,7 +168,10 @@ class _ChannelCat(KernelBase):
         ``elements`` touched from it (0 where ``if_nonzero`` is given and evaluates to 0) and
         the byte ``align`` it needs. :attr:`requires` says what the scalars must satisfy."""
         size = self._dtype.itemsize
-        wide = {"elements": "(n_spatial - 1) * c_total + chunk_offset + chunk_c", "if_nonzero": "n_spatial * chunk_c"}
+        wide = {
+            "elements": "(n_spatial - 1) * c_total + chunk_offset + chunk_c",
+            "if_nonzero": "n_spatial * chunk_c",
+        }
         narrow = {"elements": "n_spatial * chunk_c"}
         src, dst = self.arg_names[0], self.arg_names[1]
         src_fp, dst_fp = (wide, narrow) if self._gather else (narrow, wide)

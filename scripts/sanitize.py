@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Run the GPU suite and the benchmark shapes under compute-sanitizer; record the summary.
+
+    python scripts/sanitize.py                 # memcheck, racecheck, synccheck; writes docs/sanitizer.json
+    python scripts/sanitize.py --tools memcheck --out /tmp/s.json
+
+memcheck runs the whole GPU suite except the two copies past 2^31 elements (minutes
+under the checker) and the ops on the benchmark's shapes, scaled down
+(tests/test_gpu_sanitize_shapes.py). racecheck and synccheck look at shared memory and
+barriers, so they run the tests of the kernels that use them. The record keeps, per
+tool, the command, the error count from the sanitizer's "ERROR SUMMARY" line, the
+exit status and the time; any error makes this script exit non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORD = ROOT / "docs" / "sanitizer.json"
+
+# What each tool runs: pytest selections (-k expressions) over the GPU tests.
+SELECTIONS = {
+    "memcheck": "not past_2_to_the_31",
+    # Kernels with shared memory and barriers: the tiled and fused variants and the design example.
+    "racecheck": "tiled or fused or example or split or concat",
+    "synccheck": "tiled or fused or example or split or concat",
+}
+_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
+
+
+def run_tool(tool: str, sanitizer: str, pytest_args: list[str]) -> dict[str, object]:
+    command = [
+        sanitizer,
+        f"--tool={tool}",
+        "--target-processes=all",
+        "--print-limit=50",
+        # The suite loads broken PTX and passes bad handles on purpose; the runtime turns
+        # those API errors into exceptions the tests expect. Memory errors still count.
+        "--report-api-errors=no",
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-m",
+        "gpu",
+        "-p",
+        "no:cacheprovider",
+        "-k",
+        SELECTIONS[tool],
+        *pytest_args,
+    ]
+    start = time.perf_counter()
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - start
+    output = run.stdout + run.stderr
+    counts = [int(n) for n in _SUMMARY.findall(output)]
+    passed = re.search(r"(\d+) passed", output)
+    record = {
+        "command": " ".join(["compute-sanitizer", *command[1:5], "python", *command[6:]]),
+        "errors": sum(counts) if counts else None,
+        "tests_passed": int(passed.group(1)) if passed else 0,
+        "exit_status": run.returncode,
+        "seconds": round(seconds, 1),
+    }
+    if counts and sum(counts) or run.returncode:
+        record["output_tail"] = output[-4000:]
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tools", default="memcheck,racecheck,synccheck")
+    p.add_argument("--out", type=Path, default=RECORD)
+    args, pytest_args = p.parse_known_args(argv)
+    sanitizer = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+    if not Path(sanitizer).exists():
+        print("sanitize: compute-sanitizer not found (it ships with the CUDA toolkit)", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(ROOT))
+    import runtime
+
+    reason = runtime.unavailable_reason()
+    if reason is not None:
+        print(f"sanitize: no GPU here ({reason}); nothing recorded", file=sys.stderr)
+        return 2
+    dev = runtime.Device(0)
+    record: dict[str, object] = {
+        "gpu": f"{dev.name} ({dev.arch})",
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "tools": {},
+    }
+    bad = False
+    for tool in args.tools.split(","):
+        result = run_tool(tool, sanitizer, pytest_args)
+        record["tools"][tool] = result  # type: ignore[index]
+        bad |= result["errors"] != 0 or result["exit_status"] != 0
+        print(f"{tool:<10} errors={result['errors']} tests={result['tests_passed']} "
+              f"exit={result['exit_status']} {result['seconds']} s", flush=True)  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -67,7 +67,8 @@ def _expression(kernel: Kernel, text: object, what: str, params: set[str], scala
     not parameters (``n_spatial``)."""
     if not isinstance(text, str) or not _EXPRESSION.fullmatch(text):
         raise BundleError(
-            f"{kernel.id}: {what} {text!r} is not accepted; accepted: integers, names, + - * / and parentheses"
+            f"{kernel.id}: {what} {text!r} is not accepted; "
+            "accepted: integers, names, + - * / and parentheses"
         )
     inputs = set()
     for name in _IDENTIFIER.findall(text):

@@ -71,7 +71,7 @@ def run_tool(tool: str, sanitizer: str, pytest_args: list[str]) -> dict[str, obj
         "exit_status": run.returncode,
         "seconds": round(seconds, 1),
     }
-    if counts and sum(counts) or run.returncode:
+    if (counts and sum(counts)) or run.returncode:
         record["output_tail"] = output[-4000:]
     return record
 

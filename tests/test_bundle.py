@@ -215,7 +215,9 @@ class PointerGrid(ptxgen.PtxKernel):
 
 
 class BadFootprint(ptxgen.PtxKernel):
-    footprint_expressions = {"n": {"elements": "n", "align": 4}}
+    @property
+    def footprint_expressions(self) -> dict:
+        return {"n": {"elements": "n", "align": 4}}
 
 
 def fill(cls=ptxgen.PtxKernel, kernel_id="fill__u32__64"):

@@ -15,7 +15,7 @@ from gpu_util import first_mismatch, random_bits
 import runtime
 
 sys.path.insert(0, str(ROOT / "scripts"))
-from bench_cases import all_cases  # noqa: E402
+from bench_cases import all_cases
 
 pytestmark = pytest.mark.gpu
 

@@ -9,12 +9,13 @@ cuda.core's ``handle_return`` does and raises :class:`CudaError` on failure.
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 import threading
 from types import ModuleType
 from typing import Any
 
-from .errors import CudaError, CudaUnavailable
+from .errors import CudaError, CudaUnavailable, ForkedProcessError
 
 _lock = threading.Lock()
 _driver: ModuleType | None = None
@@ -25,6 +26,28 @@ _driver: ModuleType | None = None
 _failure: tuple[str, str, int, str] | None = None
 
 _LIBCUDA = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
+
+FORKED_MESSAGE = (
+    "this process is a fork of one that had initialised CUDA, and CUDA cannot be used in such "
+    "a child: start workers with multiprocessing's 'spawn' or 'forkserver' method, or fork "
+    "before the first runtime call"
+)
+forked = False  # set in the child of a fork made after CUDA was initialised
+
+
+def _after_fork_in_child() -> None:
+    """A child forked after ``cuInit`` inherits a driver state it must not touch: the
+    driver's calls there fail or hang. Every runtime entry point then raises instead."""
+    global _driver, _failure, _lock, forked
+    _lock = threading.Lock()  # the parent may have held it mid-call
+    if _driver is not None:
+        forked = True
+        _driver = None
+        _failure = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _load() -> ModuleType:
@@ -61,6 +84,8 @@ def driver() -> ModuleType:
     global _driver, _failure
     if _driver is not None:
         return _driver
+    if forked:
+        raise ForkedProcessError(FORKED_MESSAGE, "fork")
     with _lock:
         if _driver is None:
             if _failure is None:

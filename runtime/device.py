@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from typing import Any
@@ -10,13 +11,27 @@ from ptxgen.dtypes import resolve_dtype
 from ptxgen.kernel import Kernel, conformance_problems
 from ptxgen.targets import min_cuda_for_isa, newest_isa_for_cuda, target_capability
 
-from ._driver import check, driver
+from ._driver import FORKED_MESSAGE, check, driver
+from .errors import ForkedProcessError
 from .memory import DeviceArray, check_byte_order
 
 __all__ = ["Device"]
 
 _instances: dict[int, Device] = {}
 _instances_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """Devices opened by the parent are the parent's: in the child they only refuse."""
+    global _instances_lock
+    _instances_lock = threading.Lock()
+    for device in _instances.values():
+        device._state = "forked"
+    _instances.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Device:
@@ -110,7 +125,9 @@ class Device:
 
     def _activate(self) -> None:
         """Make this device's primary context current on the calling thread."""
-        if self._state == "closed":
+        if self._state != "open" and self._state != "closing":
+            if self._state == "forked":
+                raise ForkedProcessError(FORKED_MESSAGE, "fork")
             raise ValueError(f"Device {self.ordinal} is closed")
         drv = driver()
         current = check("cuCtxGetCurrent", drv.cuCtxGetCurrent())
@@ -118,7 +135,9 @@ class Device:
             check("cuCtxSetCurrent", drv.cuCtxSetCurrent(self._ctx))
 
     def _closing_or_open(self) -> bool:
-        return self._state != "closed"
+        """Whether this process may still free the device's handles (not after close, and
+        not in a forked child: the parent owns them)."""
+        return self._state == "open" or self._state == "closing"
 
     def _track(self, resource: Any) -> None:
         self._resources.add(resource)
@@ -165,6 +184,8 @@ class Device:
         """Load ``kernel``'s PTX (cached by content hash) and return its :class:`Module`."""
         from .module import load_module
 
+        if self._state != "open":
+            self._activate()  # says why: closed, or a forked child
         problems = conformance_problems(kernel)
         if problems:
             raise TypeError(f"{type(kernel).__name__} is not a usable ptxgen.Kernel: {'; '.join(problems)}")

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-__all__ = ["CudaError", "CudaUnavailable", "PtxLoadError"]
+__all__ = ["STICKY_ERRORS", "CudaError", "CudaUnavailable", "ForkedProcessError", "PtxLoadError"]
+
+
+# CUresults after which the context is unusable: a kernel faulted, and every later call
+# in this process returns the same error (the CUDA driver API's "sticky" errors).
+STICKY_ERRORS = frozenset({700, 702, 714, 715, 716, 717, 718, 719})
+_STICKY_NOTE = (
+    "A kernel faulted: the CUDA context of this process is now unusable, and every later "
+    "CUDA call in it fails with this error. Restart the process (memory and modules are lost)."
+)
 
 
 class CudaError(RuntimeError):
@@ -10,6 +19,7 @@ class CudaError(RuntimeError):
 
     ``call`` is the driver function, ``code`` the ``CUresult`` value, ``name`` and
     ``description`` what ``cuGetErrorName`` and ``cuGetErrorString`` say of it.
+    ``sticky`` is True for errors that leave the context unusable (a kernel fault).
     """
 
     def __init__(self, call: str, code: int, name: str, description: str, detail: str = "") -> None:
@@ -17,7 +27,10 @@ class CudaError(RuntimeError):
         self.code = code
         self.name = name
         self.description = description
+        self.sticky = code in STICKY_ERRORS
         message = f"{call} failed: {name} ({code}): {description}"
+        if self.sticky:
+            message += "\n" + _STICKY_NOTE
         super().__init__(f"{message}\n{detail}" if detail else message)
 
 
@@ -26,6 +39,7 @@ class CudaUnavailable(CudaError):
 
     def __init__(self, message: str, call: str = "", code: int = -1, name: str = "") -> None:
         self.call, self.code, self.name, self.description = call, code, name, message
+        self.sticky = False
         RuntimeError.__init__(self, message)
 
 
@@ -62,3 +76,7 @@ class PtxLoadError(CudaError):
         if ptx_lines:
             parts.append("PTX lines the log points at:\n" + ptx_lines)
         super().__init__(call, code, name, description, "\n".join(parts))
+
+
+class ForkedProcessError(CudaUnavailable):
+    """The process was forked after it had initialised CUDA: the child cannot use CUDA."""

@@ -80,7 +80,6 @@ class Graph:
         self._state = "new"
         self._graph: Any = None
         self._exec: Any = None
-        self._exec_int = 0
         self._nodes: tuple[KernelNode, ...] = ()
         self._finalizer: weakref.finalize | None = None
 
@@ -117,7 +116,6 @@ class Graph:
             raise_error("cuStreamEndCapture", err)
         self._graph = graph
         self._exec = check("cuGraphInstantiate", drv.cuGraphInstantiate(graph, 0))
-        self._exec_int = int(self._exec)
         self._finalizer = weakref.finalize(self, _destroy, self.device, self._exec, self._graph)
         self.device._track(self)
         self._nodes = self._read_kernel_nodes()
@@ -163,10 +161,12 @@ class Graph:
         """Replay every captured launch on ``stream`` (default: the capture stream)."""
         self._ready()
         handle = self.stream.handle if stream is None else stream_handle(stream)
-        launch = launch_binding()
-        if launch.graph_launch(self._exec_int, handle):
+        drv = driver()
+        cu_stream = launch_binding("cuda.bindings").streams[handle]
+        (err,) = drv.cuGraphLaunch(self._exec, cu_stream)
+        if err:
             self.device._activate()  # no context on this thread, say: make it current, once more
-            err = launch.graph_launch(self._exec_int, handle)
+            (err,) = drv.cuGraphLaunch(self._exec, cu_stream)
             if err:
                 raise_error("cuGraphLaunch", err)
 

@@ -1,20 +1,22 @@
 """The launch path: the call into the driver, and the checks in front of it.
 
-**The call.** ``cuLaunchKernel`` is reached through one of three bindings, chosen by
-measurement (``docs/perf/launch.md``): cffi in ABI mode (``dlopen`` of libcuda, no
-compiler needed), ctypes, or cuda-bindings. cffi and ctypes declare every handle as
-``uintptr_t``, so Python ints go straight through: a pointer and a ``uintptr_t`` are
-passed alike by every C calling convention CUDA runs on (x86-64 System V and Windows,
-AArch64). ``PTXGEN_LAUNCH_BINDING=cffi|ctypes|cuda.bindings`` picks one; without it
-the first of those that loads is used, so a machine without cffi keeps launching.
+**The call.** ``cuLaunchKernel`` is reached through one of three bindings:
+cuda-bindings (the default: its Cython call, given a ``CUfunction`` and a ``CUstream``
+object, is the cheapest of the three, see ``docs/perf/launch.md``), cffi in ABI mode
+(``dlopen`` of libcuda, no compiler) or ctypes. cffi and ctypes declare every handle
+as ``uintptr_t``, so Python ints go straight through: a pointer and a ``uintptr_t``
+are passed alike by every C calling convention CUDA runs on (x86-64 System V and
+Windows, AArch64). ``PTXGEN_LAUNCH_BINDING=cuda.bindings|cffi|ctypes`` picks one;
+without it the first of :data:`BINDINGS` that loads is used.
 
 **The checks.** Everything that can be decided once is decided when a function is
 resolved, and written into one Python function per launch entry (:attr:`Launcher.source`
 shows it): the parameter count, each argument's fast test from its declared type
-(a DeviceArray by one identity comparison of its ``launch_key``, an int by its range),
-the device's limits and the kernel's block as literals. A value that fails its fast
-test goes to the full check in :mod:`runtime.arrays`, which accepts it or raises
-naming the argument. Nothing is launched until every check has passed.
+(a DeviceArray by one identity comparison of its ``launch_key``, an int by its range,
+a torch tensor by six attribute reads), the device's limits and the kernel's block as
+literals. A value that fails its fast test goes to the full check in
+:mod:`runtime.arrays`, which accepts it or raises naming the argument. Nothing is
+launched until every check has passed.
 
 **The buffer.** Values are packed with one ``struct.pack_into`` into a buffer laid out
 by :class:`runtime.layout.ArgumentLayout`; the driver copies it during the call, so a
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BINDINGS", "Binding", "Launcher", "PreparedLaunch", "binding"]
 
-BINDINGS = ("cffi", "cuda.bindings", "ctypes")  # the default order, fastest first (measured)
+BINDINGS = ("cuda.bindings", "cffi", "ctypes")  # the default order, cheapest call first (measured)
 _ENV = "PTXGEN_LAUNCH_BINDING"
 
 
@@ -53,81 +55,105 @@ _ENV = "PTXGEN_LAUNCH_BINDING"
 
 
 class Binding(Protocol):
-    """The two driver calls a launch needs, taking and returning plain ints."""
+    """``cuLaunchKernel`` through one binding, and the handles it takes.
+
+    ``launch_kernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)`` takes
+    ``f`` as :meth:`function` makes it, ``stream`` as ``streams[handle]`` holds it, the
+    rest as ints; it returns the ``CUresult`` (0 on success), or a 1-tuple of it where
+    ``returns_tuple`` is set.
+    """
 
     name: str
+    returns_tuple: bool
+    launch_kernel: Callable[..., Any]
+    streams: dict[int, Any]
 
-    def launch_kernel(
-        self, f: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int,
-        shared: int, stream: int, params: int, extra: int,
-    ) -> int: ...  # fmt: skip
-
-    def graph_launch(self, graph_exec: int, stream: int) -> int: ...
+    def function(self, handle: int) -> Any: ...
 
 
-def _symbols() -> tuple[str, str]:
-    """The entry points cuda-bindings itself would call: per-thread default stream
-    variants when CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM is set, as it reads it."""
-    suffix = "_ptsz" if os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM") else ""
-    return f"cuLaunchKernel{suffix}", f"cuGraphLaunch{suffix}"
+def _symbol() -> str:
+    """The entry point cuda-bindings itself would call: the per-thread default stream
+    variant when CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM is set, as it reads it."""
+    return (
+        "cuLaunchKernel_ptsz"
+        if os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM")
+        else "cuLaunchKernel"
+    )
 
 
-class _Cffi:
+class _Streams(dict):
+    """Each stream handle as the binding takes it, made once and then looked up."""
+
+    def __init__(self, make: Callable[[int], Any], default: Any) -> None:
+        super().__init__({0: default})
+        self._make = make
+
+    def __missing__(self, handle: int) -> Any:
+        value = self[handle] = self._make(handle)
+        return value
+
+
+class _IntHandles:
+    """cffi and ctypes take handles as the ints they are."""
+
+    returns_tuple = False
+
+    def __init__(self) -> None:
+        self.streams = _Streams(int, 0)
+
+    def function(self, handle: int) -> int:
+        return handle
+
+
+class _Cffi(_IntHandles):
     name = "cffi"
 
     def __init__(self) -> None:
         import cffi
 
-        launch, graph = _symbols()
+        super().__init__()
+        symbol = _symbol()
         ffi = cffi.FFI()
         ffi.cdef(
-            f"int {launch}(uintptr_t f, unsigned int gx, unsigned int gy, unsigned int gz,"
+            f"int {symbol}(uintptr_t f, unsigned int gx, unsigned int gy, unsigned int gz,"
             " unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,"
             " uintptr_t stream, uintptr_t params, uintptr_t extra);"
-            f"int {graph}(uintptr_t graph_exec, uintptr_t stream);"
         )
         lib = ffi.dlopen(_LIBCUDA)
         self._keep = (ffi, lib)
-        self.launch_kernel = getattr(lib, launch)
-        self.graph_launch = getattr(lib, graph)
+        self.launch_kernel = getattr(lib, symbol)
 
 
-class _Ctypes:
+class _Ctypes(_IntHandles):
     name = "ctypes"
 
     def __init__(self) -> None:
         import ctypes
 
-        launch, graph = _symbols()
+        super().__init__()
         lib = ctypes.CDLL(_LIBCUDA)
         handle, uint = ctypes.c_size_t, ctypes.c_uint
-        self.launch_kernel = getattr(lib, launch)
+        self.launch_kernel = getattr(lib, _symbol())
         self.launch_kernel.argtypes = [handle, *[uint] * 7, handle, handle, handle]
         self.launch_kernel.restype = ctypes.c_int
-        self.graph_launch = getattr(lib, graph)
-        self.graph_launch.argtypes = [handle, handle]
-        self.graph_launch.restype = ctypes.c_int
         self._keep = lib
 
 
 class _CudaBindings:
+    """cuda-bindings converts a ``CUfunction``/``CUstream`` object it made faster than an
+    int, and ``None`` (the default stream) fastest: both are made once per handle."""
+
     name = "cuda.bindings"
+    returns_tuple = True
 
     def __init__(self) -> None:
         drv = driver()
-        cu_launch, cu_graph_launch = drv.cuLaunchKernel, drv.cuGraphLaunch
+        self.launch_kernel = drv.cuLaunchKernel
+        self._function = drv.CUfunction
+        self.streams = _Streams(drv.CUstream, None)
 
-        def launch_kernel(
-            f: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int,
-            shared: int, stream: int, params: int, extra: int,
-        ) -> int:  # fmt: skip
-            return cu_launch(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)[0]
-
-        def graph_launch(graph_exec: int, stream: int) -> int:
-            return cu_graph_launch(graph_exec, stream)[0]
-
-        self.launch_kernel = launch_kernel
-        self.graph_launch = graph_launch
+    def function(self, handle: int) -> Any:
+        return self._function(handle)
 
 
 _MAKERS: dict[str, Callable[[], Binding]] = {"cffi": _Cffi, "ctypes": _Ctypes, "cuda.bindings": _CudaBindings}
@@ -251,16 +277,18 @@ def _values(params: Sequence[PointerParam | ScalarParam], raw: bool) -> str:
     return ", ".join(f"{'v' if v else 'a'}{p.index}" for v, p in zip(checked, params))
 
 
-def _call(values: str, stream: str, indent: str) -> list[str]:
+def _call(values: str, stream: str, returns_tuple: bool, indent: str) -> list[str]:
+    """Pack into a pooled buffer and call the driver; on failure, the retry (see above)."""
     packed = f", {values}" if values else ""
+    result = "[0]" if returns_tuple else ""
     return [
         f"{indent}try:",
         f"{indent}    buf = POOL.pop()",
         f"{indent}except IndexError:",
         f"{indent}    buf = NEW_BUFFER()",
         f"{indent}PACK(buf.memory, 0{packed})",
-        f"{indent}if LAUNCH(FH, gx, gy, gz, bx, by, bz, shared_mem, {stream}, buf.params, 0):",
-        f"{indent}    RELAUNCH(FH, gx, gy, gz, bx, by, bz, shared_mem, {stream}, buf)",
+        f"{indent}if LAUNCH(FN, gx, gy, gz, bx, by, bz, shared_mem, {stream}, buf.params, 0){result}:",
+        f"{indent}    RELAUNCH(gx, gy, gz, bx, by, bz, shared_mem, {stream}, buf)",
         f"{indent}POOL.append(buf)",
     ]
 
@@ -270,9 +298,11 @@ def _unpack(n: int, indent: str) -> list[str]:
         return [f"{indent}if args.__class__ is not tuple or args:", f"{indent}    ORDERED(args)"]
     names = "".join(f"a{i}, " for i in range(n))
     return [
-        f"{indent}if args.__class__ is tuple and len(args) == {n}:",
+        f"{indent}try:",
+        f"{indent}    if args.__class__ is not tuple:",
+        f"{indent}        raise ValueError",
         f"{indent}    {names}= args",
-        f"{indent}else:",
+        f"{indent}except ValueError:  # not a tuple of {n}: a list, a dict, or the error saying why",
         f"{indent}    {names}= ORDERED(args)",
     ]
 
@@ -297,10 +327,8 @@ def _geometry(block: tuple[int, int, int] | None, device: Device, max_threads: i
         tests.append(f"bx * by * bz <= {max_threads}")
     joined = "\n                    and ".join(tests)
     return [
-        "        last = LAST",
-        "        if grid is last[0] and block is last[1] and shared_mem is last[2]:",
-        "            gx, gy, gz, bx, by, bz = last[3]",
-        "        else:",
+        "        last_grid, last_block, last_shared, gx, gy, gz, bx, by, bz = LAST",
+        "        if not (grid is last_grid and block is last_block and shared_mem is last_shared):",
         "            try:",
         "                gx, gy, gz = grid",
         "                bx, by, bz = block",
@@ -309,13 +337,13 @@ def _geometry(block: tuple[int, int, int] | None, device: Device, max_threads: i
         f"            if not ({joined}):",
         "                (gx, gy, gz), (bx, by, bz), shared_mem = GEOMETRY(grid, block, shared_mem)",
         "            if grid.__class__ is tuple and block.__class__ is tuple:",
-        "                LAST = (grid, block, shared_mem, (gx, gy, gz, bx, by, bz))",
+        "                LAST = (grid, block, shared_mem, gx, gy, gz, bx, by, bz)",
     ]
 
 
 _HELPERS = (
-    "FH, POOL, NEW_BUFFER, PACK, LAUNCH, RELAUNCH, CLOSED, ORDERED, GEOMETRY, STREAM_HANDLE,"
-    " Stream, DeviceArray, TENSOR, SLOW_POINTER, SCALAR, LAST"
+    "OPEN, FN, POOL, NEW_BUFFER, PACK, LAUNCH, RELAUNCH, CLOSED, ORDERED, GEOMETRY, STREAM_HANDLE,"
+    " STREAMS, Stream, DeviceArray, TENSOR, SLOW_POINTER, SCALAR, LAST"
 )
 
 
@@ -324,6 +352,7 @@ def _source(
     block: tuple[int, int, int] | None,
     device: Device,
     max_threads: int,
+    returns_tuple: bool,
 ) -> str:
     """The Python source of ``build(...)``, which returns the launch functions."""
     n = len(params)
@@ -340,7 +369,7 @@ def _source(
         f"def build({', '.join([_HELPERS, *constants])}):",
         "    def launch(grid, block, args, *, stream=None, shared_mem=0):",
         "        nonlocal LAST",
-        "        if not FH:",
+        "        if not OPEN:",
         "            CLOSED()",
         *_unpack(n, "        "),
         *_geometry(block, device, max_threads),
@@ -350,8 +379,9 @@ def _source(
         "            s = stream.handle",
         "        else:",
         "            s = STREAM_HANDLE(stream)",
+        "        ns = STREAMS[s]",
         *_checks(params, "        "),
-        *_call(checked, "s", "        "),
+        *_call(checked, "ns", returns_tuple, "        "),
         "",
         "    def pack(args, stream=0):",
         "        s = stream",
@@ -359,27 +389,25 @@ def _source(
         *_checks(params, "        "),
         f"        return [{checked}]",
         "",
-        "    def prepare(gx, gy, gz, bx, by, bz, shared_mem, s, stream):",
+        "    def prepare(gx, gy, gz, bx, by, bz, shared_mem, s, ns, stream):",
         f"        def prepared({names}):",
-        "            if not FH:",
+        "            if not OPEN:",
         "                CLOSED()",
-        "            if stream is None:",
-        "                h = s",
-        "            else:",
-        "                h = stream.handle  # raises once the Stream is closed",
+        "            if stream is not None:",
+        "                stream.handle  # raises once the Stream is closed",
         *_checks(params, "            "),
-        *_call(checked, "h", "            "),
+        *_call(checked, "ns", returns_tuple, "            "),
         "",
         f"        def raw({names}):",
-        "            if not FH:",
+        "            if not OPEN:",
         "                CLOSED()",
-        *_call(raw, "s", "            "),
+        *_call(raw, "ns", returns_tuple, "            "),
         "",
         "        return prepared, raw",
         "",
         "    def close():",
-        "        nonlocal FH",
-        "        FH = 0",
+        "        nonlocal OPEN",
+        "        OPEN = False",
         "",
         f"    def bind_torch({torch_cells.lower()}):",
         f"        nonlocal {torch_cells}",
@@ -423,7 +451,7 @@ class Launcher:
             else ScalarParam(i, slot.name, slot.type)
             for i, slot in enumerate(layout.slots)
         )
-        self.source = _source(self.params, block, device, max_threads_per_block)
+        self.source = _source(self.params, block, device, max_threads_per_block, binding.returns_tuple)
         constants: list[Any] = []
         for p in self.params:
             # A tensor class and dtypes no value can have, until torch is seen.
@@ -432,10 +460,13 @@ class Launcher:
         exec(compile(self.source, f"<launch {name}>", "exec"), namespace)
         self._pool: list[ParamBuffer] = []
         self._torch_bound = False
+        self._is_closed = False
+        self._function = binding.function(handle)
         functions = namespace["build"](
-            handle, self._pool, layout.new_buffer, layout.struct.pack_into, self._launch_kernel,
-            self._relaunch, self._closed, ordered, check_geometry, stream_handle, Stream, DeviceArray,
-            _Miss, self._slow_pointer, scalar_value, (_Miss, _Miss, _Miss, None), *constants,
+            True, self._function, self._pool, layout.new_buffer, layout.struct.pack_into,
+            self._launch_kernel, self._relaunch, self._closed, ordered, check_geometry, stream_handle,
+            binding.streams, Stream, DeviceArray, _Miss, self._slow_pointer, scalar_value,
+            (_Miss, _Miss, _Miss, 0, 0, 0, 0, 0, 0), *constants,
         )  # fmt: skip
         self.launch, self.pack, self._prepare, self._close, self._bind_torch = functions
         if "torch" in sys.modules:
@@ -451,14 +482,19 @@ class Launcher:
         """A launch with checked geometry and a resolved stream; see :class:`PreparedLaunch`."""
         live = stream if stream.__class__ is Stream else None
         handle = live.handle if live is not None else stream_handle(stream)
-        prepared, raw = self._prepare(*grid, *block, shared_mem, handle, live)
+        prepared, raw = self._prepare(*grid, *block, shared_mem, handle, self.binding.streams[handle], live)
         prepared.raw = raw
         prepared.grid, prepared.block, prepared.shared_mem, prepared.stream = grid, block, shared_mem, stream
         prepared.__name__ = prepared.__qualname__ = f"prepared_{self.name}"
         prepared.__doc__ = PreparedLaunch.__doc__
         return prepared
 
+    @property
+    def closed(self) -> bool:
+        return self._is_closed
+
     def close(self) -> None:
+        self._is_closed = True
         self._close()
 
     def _closed(self) -> None:
@@ -481,12 +517,13 @@ class Launcher:
         self._torch_bound = True
 
     def _relaunch(
-        self, f: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int,
-        shared: int, stream: int, buf: ParamBuffer,
-    ) -> None:  # fmt: skip
+        self, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int, stream: Any, buf: ParamBuffer
+    ) -> None:
         """The launch failed: make the device's context current and try once more."""
         self._device._activate()
-        err = self._launch_kernel(f, gx, gy, gz, bx, by, bz, shared, stream, buf.params, 0)
+        err = self._launch_kernel(self._function, gx, gy, gz, bx, by, bz, shared, stream, buf.params, 0)
+        if self.binding.returns_tuple:
+            err = err[0]
         if err:
             raise_error(f"cuLaunchKernel({self.name})", err)
         self._pool.append(buf)

@@ -205,10 +205,16 @@ class Function:
             self.layout.check_against_driver(drv, handle, name, module.kernel.source)
             self._build_launcher(binding())
 
-    def _build_launcher(self, launch_binding: Binding) -> None:
-        """Generate this function's launch path (see :mod:`runtime.launch`)."""
-        assert self.layout is not None
-        self._launcher = Launcher(
+    def make_launcher(self, launch_binding: Binding | str | None = None) -> Launcher:
+        """A launch path of its own for this function, through ``launch_binding`` (a
+        :class:`runtime.launch.Binding` or its name, ``"cffi"``, ``"ctypes"`` or
+        ``"cuda.bindings"``; None: the default). For measuring and testing the bindings;
+        ``launch`` is the default one's."""
+        if self.layout is None:
+            self._no_launcher()
+        if launch_binding is None or isinstance(launch_binding, str):
+            launch_binding = binding(launch_binding)
+        launcher = Launcher(
             name=self.name,
             handle=self.handle,
             layout=self.layout,
@@ -219,6 +225,13 @@ class Function:
             ordered=self._ordered,
             binding=launch_binding,
         )
+        if self.module.closed:
+            launcher.close()
+        return launcher
+
+    def _build_launcher(self, launch_binding: Binding) -> None:
+        """Generate this function's launch path (see :mod:`runtime.launch`)."""
+        self._launcher = self.make_launcher(launch_binding)
         # The launcher's functions become this object's ``launch`` and ``pack_args``
         # (instance attributes win over the methods below), so a launch is one call.
         self.launch = self._launcher.launch  # type: ignore[method-assign]

@@ -76,8 +76,9 @@ def host_overhead(dev, stream, torch) -> dict[str, float]:
         "activate": per_call_us(dev._activate),
         "cuCtxGetCurrent": per_call_us(drv.cuCtxGetCurrent),
     }
-    fn._fill_slots(fn.pack_args(arrays))
-    h, handle, params = stream.handle, fn._handle, fn._params_address
+    buffer = fn.layout.new_buffer()  # a void** of our own, packed once: the bare call
+    fn.layout.struct.pack_into(buffer.memory, 0, *fn.pack_args(arrays))
+    h, handle, params = drv.CUstream(stream.handle), drv.CUfunction(fn.handle), buffer.params
     out["raw cuLaunchKernel"] = per_call_us(
         lambda: drv.cuLaunchKernel(handle, 1, 1, 1, 128, 1, 1, 0, h, params, 0), drain=drain
     )

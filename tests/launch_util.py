@@ -17,6 +17,13 @@ def function_layout(kernel) -> ArgumentLayout:
     return ArgumentLayout(tuple(kernel.arg_names), tuple(kernel.arg_types))
 
 
+class _SameInt(dict):
+    """Stream handles as the ints they are (what cffi and ctypes take)."""
+
+    def __missing__(self, handle: int) -> int:
+        return handle
+
+
 @dataclass
 class Call:
     args: tuple  # what cuLaunchKernel was given, all ints
@@ -29,11 +36,16 @@ class RecordingBinding:
     at the moment of the call (the driver copies them then, too)."""
 
     name = "recording"
+    returns_tuple = False
 
     def __init__(self, layout: ArgumentLayout, result: int = 0) -> None:
         self.layout = layout
         self.result = result  # the CUresult every call returns
         self.calls: list[Call] = []
+        self.streams = _SameInt()
+
+    def function(self, handle: int) -> int:
+        return handle
 
     def launch_kernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) -> int:
         args = (f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
@@ -42,9 +54,6 @@ class RecordingBinding:
         addresses = [ctypes.c_void_p.from_address(params + 8 * i).value or 0 for i in range(n)]
         slots = [ctypes.string_at(a, s.size) for a, s in zip(addresses, self.layout.slots)]
         self.calls.append(Call(args, addresses, slots))
-        return self.result
-
-    def graph_launch(self, graph_exec, stream) -> int:
         return self.result
 
 

@@ -60,15 +60,21 @@ class Binding(Protocol):
     ``launch_kernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)`` takes
     ``f`` as :meth:`function` makes it, ``stream`` as ``streams[handle]`` holds it, the
     rest as ints; it returns the ``CUresult`` (0 on success), or a 1-tuple of it where
-    ``returns_tuple`` is set.
+    ``returns_tuple`` is set. ``launch_kernel_ex(config, f, params, extra)``, where not
+    None, is ``cuLaunchKernelEx`` with a config that :meth:`config` made.
     """
 
     name: str
     returns_tuple: bool
     launch_kernel: Callable[..., Any]
+    launch_kernel_ex: Callable[..., Any] | None
     streams: dict[int, Any]
 
     def function(self, handle: int) -> Any: ...
+
+    def config(
+        self, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int, stream: Any
+    ) -> Any: ...
 
 
 def _symbol() -> str:
@@ -94,15 +100,19 @@ class _Streams(dict):
 
 
 class _IntHandles:
-    """cffi and ctypes take handles as the ints they are."""
+    """cffi and ctypes take handles as the ints they are, and launch with cuLaunchKernel."""
 
     returns_tuple = False
+    launch_kernel_ex = None
 
     def __init__(self) -> None:
         self.streams = _Streams(int, 0)
 
     def function(self, handle: int) -> int:
         return handle
+
+    def config(self, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int, stream: Any) -> None:
+        return None
 
 
 class _Cffi(_IntHandles):
@@ -149,11 +159,22 @@ class _CudaBindings:
     def __init__(self) -> None:
         drv = driver()
         self.launch_kernel = drv.cuLaunchKernel
+        self.launch_kernel_ex = getattr(drv, "cuLaunchKernelEx", None)  # CUDA 12.0+
         self._function = drv.CUfunction
+        self._config = drv.CUlaunchConfig
         self.streams = _Streams(drv.CUstream, None)
 
     def function(self, handle: int) -> Any:
         return self._function(handle)
+
+    def config(self, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int, stream: Any) -> Any:
+        """A ``CUlaunchConfig`` with no attributes: what cuLaunchKernel's arguments say."""
+        c = self._config()
+        c.gridDimX, c.gridDimY, c.gridDimZ = gx, gy, gz
+        c.blockDimX, c.blockDimY, c.blockDimZ = bx, by, bz
+        c.sharedMemBytes = shared
+        c.hStream = stream
+        return c
 
 
 _MAKERS: dict[str, Callable[[], Binding]] = {"cffi": _Cffi, "ctypes": _Ctypes, "cuda.bindings": _CudaBindings}
@@ -222,7 +243,8 @@ _MAX_ADDRESS = (1 << 64) - 1
 
 
 class _Miss:
-    """Matches no grid: the geometry cache's initial entry."""
+    """Matches nothing: the tensor class until torch is seen, and the launch cache's
+    first entry."""
 
 
 def _pointer_check(p: PointerParam, indent: str) -> list[str]:
@@ -235,7 +257,7 @@ def _pointer_check(p: PointerParam, indent: str) -> list[str]:
         f"{indent}elif c is int and 0 <= a{i} <= {_MAX_ADDRESS}:",
         f"{indent}    v{i} = a{i}",
         f"{indent}elif (c is TENSOR and a{i}.dtype is TD{i} and a{i}.is_cuda",
-        f"{indent}        and a{i}.get_device() == {p.ordinal} and a{i}.is_contiguous() and a{i}.numel()):",
+        f"{indent}        and a{i}.get_device() == {p.ordinal} and a{i}.is_contiguous() and a{i}.nbytes):",
         f"{indent}    v{i} = a{i}.data_ptr()",
         *(aligned if mask else []),
         f"{indent}else:",
@@ -277,20 +299,35 @@ def _values(params: Sequence[PointerParam | ScalarParam], raw: bool) -> str:
     return ", ".join(f"{'v' if v else 'a'}{p.index}" for v, p in zip(checked, params))
 
 
-def _call(values: str, stream: str, returns_tuple: bool, indent: str) -> list[str]:
-    """Pack into a pooled buffer and call the driver; on failure, the retry (see above)."""
+def _call(values: str, returns_tuple: bool, config: str | None, indent: str) -> list[str]:
+    """Pack into a pooled buffer and call the driver: ``cuLaunchKernelEx`` with the
+    launch's prebuilt config where there is one (``config``, a name or an expression
+    that may be None), else ``cuLaunchKernel``; on failure, the retry (see above)."""
     packed = f", {values}" if values else ""
-    result = "[0]" if returns_tuple else ""
-    return [
+    r = "[0]" if returns_tuple else ""
+    plain = f"LAUNCH(FN, gx, gy, gz, bx, by, bz, shared_mem, ns, buf.params, 0){r}"
+    relaunch = f"{indent}    RELAUNCH(gx, gy, gz, bx, by, bz, shared_mem, ns, buf)"
+    lines = [
         f"{indent}try:",
         f"{indent}    buf = POOL.pop()",
         f"{indent}except IndexError:",
         f"{indent}    buf = NEW_BUFFER()",
         f"{indent}PACK(buf.memory, 0{packed})",
-        f"{indent}if LAUNCH(FN, gx, gy, gz, bx, by, bz, shared_mem, {stream}, buf.params, 0){result}:",
-        f"{indent}    RELAUNCH(gx, gy, gz, bx, by, bz, shared_mem, {stream}, buf)",
-        f"{indent}POOL.append(buf)",
     ]
+    if config is None:
+        lines += [f"{indent}if {plain}:", relaunch]
+    elif config == "CFG":  # prepared: always there
+        lines += [f"{indent}if LAUNCH_EX(CFG, FN, buf.params, 0){r}:", relaunch]
+    else:  # the checked launch: a config once the same launch repeats
+        lines += [
+            f"{indent}if {config} is None:",
+            f"{indent}    if {plain}:",
+            f"{indent}    {relaunch}",
+            f"{indent}elif LAUNCH_EX({config}, FN, buf.params, 0){r}:",
+            f"{indent}    gx, gy, gz, bx, by, bz, ns = rest",
+            relaunch,
+        ]
+    return [*lines, f"{indent}POOL.append(buf)"]
 
 
 def _unpack(n: int, indent: str) -> list[str]:
@@ -307,10 +344,16 @@ def _unpack(n: int, indent: str) -> list[str]:
     ]
 
 
-def _geometry(block: tuple[int, int, int] | None, device: Device, max_threads: int) -> list[str]:
-    """Grid, block and shared memory: the tuples of the last launch are known good (a
-    tuple of ints cannot change); others get the common case as literals (three ints
-    in range, the kernel's block) and anything else the full check."""
+def _geometry(block: tuple[int, int, int] | None, device: Device, max_threads: int, ex: bool) -> list[str]:
+    """Grid, block, shared memory and stream.
+
+    The objects of the last launch are known good: a tuple of ints cannot change, and a
+    stream object names one stream for its life (a runtime.Stream is asked whether it
+    is still open); the cache holds them until another launch replaces them. The
+    second launch in a row with the same objects builds the ``CUlaunchConfig`` that
+    later ones reuse. Other values get the common case as literals (three ints in
+    range, the kernel's block) and anything else the full check.
+    """
     mg, mb, shm = device.max_grid, device.max_block, device.max_shared_memory_per_block
     tests = [
         "gx.__class__ is int and gy.__class__ is int and gz.__class__ is int",
@@ -326,9 +369,23 @@ def _geometry(block: tuple[int, int, int] | None, device: Device, max_threads: i
         tests.append(f"0 < bx <= {mb[0]} and 0 < by <= {mb[1]} and 0 < bz <= {mb[2]}")
         tests.append(f"bx * by * bz <= {max_threads}")
     joined = "\n                    and ".join(tests)
+    if ex:  # the Ex launch needs only the config; the values are unpacked to build one
+        hit = [
+            "            if cfg is None:",
+            "                gx, gy, gz, bx, by, bz, ns = rest",
+            "                cfg = CONFIG(gx, gy, gz, bx, by, bz, shared_mem, ns)",
+            "                LAST = (grid, block, shared_mem, stream, cfg, s, rest)",
+        ]
+    else:
+        hit = ["            gx, gy, gz, bx, by, bz, ns = rest"]
     return [
-        "        last_grid, last_block, last_shared, gx, gy, gz, bx, by, bz = LAST",
-        "        if not (grid is last_grid and block is last_block and shared_mem is last_shared):",
+        "        last_grid, last_block, last_shared, last_stream, cfg, s, rest = LAST",
+        "        if (grid is last_grid and block is last_block and shared_mem is last_shared",
+        "                and stream is last_stream):",
+        "            if stream.__class__ is Stream:",
+        "                stream.handle  # raises once the Stream is closed",
+        *hit,
+        "        else:",
         "            try:",
         "                gx, gy, gz = grid",
         "                bx, by, bz = block",
@@ -336,14 +393,23 @@ def _geometry(block: tuple[int, int, int] | None, device: Device, max_threads: i
         "                gx = None  # not three of each: the full check below",
         f"            if not ({joined}):",
         "                (gx, gy, gz), (bx, by, bz), shared_mem = GEOMETRY(grid, block, shared_mem)",
+        "            if stream is None:",
+        "                s = 0",
+        "            elif stream.__class__ is Stream:",
+        "                s = stream.handle",
+        "            else:",
+        "                s = STREAM_HANDLE(stream)",
+        "            ns = STREAMS[s]",
+        "            cfg = None",
+        "            rest = (gx, gy, gz, bx, by, bz, ns)",
         "            if grid.__class__ is tuple and block.__class__ is tuple:",
-        "                LAST = (grid, block, shared_mem, gx, gy, gz, bx, by, bz)",
+        "                LAST = (grid, block, shared_mem, stream, None, s, rest)",
     ]
 
 
 _HELPERS = (
-    "OPEN, FN, POOL, NEW_BUFFER, PACK, LAUNCH, RELAUNCH, CLOSED, ORDERED, GEOMETRY, STREAM_HANDLE,"
-    " STREAMS, Stream, DeviceArray, TENSOR, SLOW_POINTER, SCALAR, LAST"
+    "OPEN, FN, POOL, NEW_BUFFER, PACK, LAUNCH, LAUNCH_EX, CONFIG, RELAUNCH, CLOSED, ORDERED, GEOMETRY,"
+    " STREAM_HANDLE, STREAMS, Stream, DeviceArray, TENSOR, SLOW_POINTER, SCALAR, LAST"
 )
 
 
@@ -353,8 +419,13 @@ def _source(
     device: Device,
     max_threads: int,
     returns_tuple: bool,
+    ex: bool,
 ) -> str:
-    """The Python source of ``build(...)``, which returns the launch functions."""
+    """The Python source of ``build(...)``, which returns the launch functions.
+
+    ``ex``: launch through ``cuLaunchKernelEx`` with a prebuilt config where one is
+    known (cuda-bindings converts one config object faster than seven ints and a stream).
+    """
     n = len(params)
     pointers = [p for p in params if isinstance(p, PointerParam)]
     constants = [
@@ -372,16 +443,9 @@ def _source(
         "        if not OPEN:",
         "            CLOSED()",
         *_unpack(n, "        "),
-        *_geometry(block, device, max_threads),
-        "        if stream is None:",
-        "            s = 0",
-        "        elif stream.__class__ is Stream:",
-        "            s = stream.handle",
-        "        else:",
-        "            s = STREAM_HANDLE(stream)",
-        "        ns = STREAMS[s]",
+        *_geometry(block, device, max_threads, ex),
         *_checks(params, "        "),
-        *_call(checked, "ns", returns_tuple, "        "),
+        *_call(checked, returns_tuple, "cfg" if ex else None, "        "),
         "",
         "    def pack(args, stream=0):",
         "        s = stream",
@@ -390,18 +454,20 @@ def _source(
         f"        return [{checked}]",
         "",
         "    def prepare(gx, gy, gz, bx, by, bz, shared_mem, s, ns, stream):",
+        *(["        CFG = CONFIG(gx, gy, gz, bx, by, bz, shared_mem, ns)"] if ex else []),
+        "",
         f"        def prepared({names}):",
         "            if not OPEN:",
         "                CLOSED()",
         "            if stream is not None:",
         "                stream.handle  # raises once the Stream is closed",
         *_checks(params, "            "),
-        *_call(checked, "ns", returns_tuple, "            "),
+        *_call(checked, returns_tuple, "CFG" if ex else None, "            "),
         "",
         f"        def raw({names}):",
         "            if not OPEN:",
         "                CLOSED()",
-        *_call(raw, "ns", returns_tuple, "            "),
+        *_call(raw, returns_tuple, "CFG" if ex else None, "            "),
         "",
         "        return prepared, raw",
         "",
@@ -451,7 +517,8 @@ class Launcher:
             else ScalarParam(i, slot.name, slot.type)
             for i, slot in enumerate(layout.slots)
         )
-        self.source = _source(self.params, block, device, max_threads_per_block, binding.returns_tuple)
+        ex = binding.launch_kernel_ex is not None
+        self.source = _source(self.params, block, device, max_threads_per_block, binding.returns_tuple, ex)
         constants: list[Any] = []
         for p in self.params:
             # A tensor class and dtypes no value can have, until torch is seen.
@@ -462,11 +529,12 @@ class Launcher:
         self._torch_bound = False
         self._is_closed = False
         self._function = binding.function(handle)
+        miss = (_Miss, _Miss, _Miss, _Miss, None, 0, None)  # matches no launch
         functions = namespace["build"](
             True, self._function, self._pool, layout.new_buffer, layout.struct.pack_into,
-            self._launch_kernel, self._relaunch, self._closed, ordered, check_geometry, stream_handle,
-            binding.streams, Stream, DeviceArray, _Miss, self._slow_pointer, scalar_value,
-            (_Miss, _Miss, _Miss, 0, 0, 0, 0, 0, 0), *constants,
+            self._launch_kernel, binding.launch_kernel_ex, binding.config, self._relaunch, self._closed,
+            ordered, check_geometry, stream_handle, binding.streams, Stream, DeviceArray, _Miss,
+            self._slow_pointer, scalar_value, miss, *constants,
         )  # fmt: skip
         self.launch, self.pack, self._prepare, self._close, self._bind_torch = functions
         if "torch" in sys.modules:
@@ -513,8 +581,9 @@ class Launcher:
         dtypes = [getattr(torch, p.dtype.numpy_name, None) for p in pointers]
         for p, dtype in zip(pointers, dtypes):
             p.torch_dtype = dtype
-        self._bind_torch(torch.Tensor, *dtypes)
         self._torch_bound = True
+        if hasattr(torch.Tensor, "nbytes"):  # the fast test reads it (torch 2.1+); older: the full check
+            self._bind_torch(torch.Tensor, *dtypes)
 
     def _relaunch(
         self, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int, stream: Any, buf: ParamBuffer

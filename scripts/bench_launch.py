@@ -55,6 +55,7 @@ LABELS = {
     "bare_cuda_bindings": "bare cuLaunchKernel, cuda.bindings, prebuilt void**",
     "bare_cffi": "bare cuLaunchKernel, cffi ABI mode, prebuilt void**",
     "bare_ctypes": "bare cuLaunchKernel, ctypes, prebuilt void**",
+    "bare_cuda_bindings_ex": "bare cuLaunchKernelEx, cuda.bindings, prebuilt void** and config",
     "raw_int": "prepared.raw(...), int pointers (trusted, unchecked)",
     "prepared_int": "prepared(...), int pointers",
     "prepared_device_array": "prepared(...), DeviceArray",
@@ -67,6 +68,7 @@ LABELS = {
     "checked_device_array_via_ctypes": "Function.launch, DeviceArray, launcher through ctypes",
     "checked_device_array_via_cuda_bindings": "Function.launch, DeviceArray, launcher through cuda.bindings",
     "graph_replay_per_launch": "graph replay, 100 captured launches, per launch (wall)",
+    "graph_replay_1_block_per_launch": "graph replay, 100 captured 1-block launches, per launch (wall)",
     "cuda_core_launch": "cuda.core launch, same PTX",
     "cupy_rawmodule": "CuPy RawModule kernel, same PTX",
     "torch_copy": "torch dx.copy_(dy.narrow(1, off, c))",
@@ -167,6 +169,14 @@ def main(argv: list[str] | None = None) -> int:
 
     paths["bare_cuda_bindings"] = bare_bindings
     checks["bare_cuda_bindings"] = lambda: check("cuLaunchKernel", bare_bindings())
+    cu_launch_ex = drv.cuLaunchKernelEx
+    config = launch_module.binding("cuda.bindings").config(*g, *b, 0, cu_stream)
+
+    def bare_bindings_ex() -> tuple:
+        return cu_launch_ex(config, cu_function, params, 0)
+
+    paths["bare_cuda_bindings_ex"] = bare_bindings_ex
+    checks["bare_cuda_bindings_ex"] = lambda: check("cuLaunchKernelEx", bare_bindings_ex())
     for name in ("cffi", "ctypes"):
         try:
             via = launch_module.binding(name)
@@ -270,10 +280,11 @@ def main(argv: list[str] | None = None) -> int:
             verify(name, once, drain_all)
 
     # --- graph replay: 100 captured launches --------------------------------------------
-    try:
-        us["graph_replay_per_launch"] = graph_replay(dev, fn, grid, block, dy, dx, want, args, failures)
-    except Exception as err:
-        failures.append(f"graph_replay_per_launch: {type(err).__name__}: {err}")
+    for key, rows in (("graph_replay_per_launch", N), ("graph_replay_1_block_per_launch", 1)):
+        try:
+            us[key] = graph_replay(dev, fn, kernel, rows, dy, dx, host, args, failures)
+        except Exception as err:
+            failures.append(f"{key}: {type(err).__name__}: {err}")
 
     record = {
         "us_per_launch": {k: round(v, 3) for k, v in us.items()},
@@ -360,20 +371,22 @@ def op_peer(torch: Any, cat_backward: Callable, failures: list[str]) -> Callable
     return lambda: cat_backward(dy, outs)
 
 
-def graph_replay(dev, fn, grid, block, dy, dx, want, args, failures) -> float:
-    """Wall microseconds per launch of a graph of 100 captured launches."""
+def graph_replay(dev, fn, kernel, rows, dy, dx, host, args, failures) -> float:
+    """Wall microseconds per launch of a graph of 100 captured launches over ``rows`` rows."""
+    want = host[:rows, OFFSET : OFFSET + CHUNK]
     with runtime.Stream(dev) as stream:
-        prepared = fn.prepare(grid, block, stream=stream)
+        prepared = fn.prepare(kernel.grid(rows, CHUNK), kernel.block, stream=stream)
         with runtime.Graph(stream) as graph:
             for _ in range(100):
                 prepared(dy, dx, CHUNK, C_TOTAL, OFFSET)
         if len(graph.kernel_nodes) != 100:
             failures.append(f"graph: {len(graph.kernel_nodes)} kernel nodes captured, not 100")
         dx.fill_bytes(0xA5)
+        dev.synchronize()
         graph.launch()
         stream.synchronize()
-        if not np.array_equal(dx.to_numpy(), want):
-            failures.append("graph replay: WRONG RESULT")
+        if not np.array_equal(dx.to_numpy()[:rows], want):
+            failures.append(f"graph replay ({rows} rows): WRONG RESULT")
         samples = []
         for rep in range(args.reps + 1):
             stream.synchronize()
@@ -428,7 +441,7 @@ def markdown(record: dict) -> str:
         "| --- | ---: | ---: |",
     ]
     for key, value in us.items():
-        ratio = f"{value / base:.2f}" if base and key != "graph_replay_per_launch" else "-"
+        ratio = f"{value / base:.2f}" if base and not key.startswith("graph_replay") else "-"
         lines.append(f"| {record['labels'][key]} | {value:.2f} | {ratio} |")
     for key, why in record["not_measured"].items():
         lines.append(f"| {LABELS[key]} | {why} | |")

@@ -26,34 +26,46 @@ class _SameInt(dict):
 
 @dataclass
 class Call:
-    args: tuple  # what cuLaunchKernel was given, all ints
+    args: tuple  # (f, gx, gy, gz, bx, by, bz, shared, stream, params, extra), all ints
     params: list[int]  # the void** read back: one address per parameter
     slots: list[bytes]  # the bytes each address pointed at, copied during the call
+    via: str  # "cuLaunchKernel" or "cuLaunchKernelEx"
 
 
 class RecordingBinding:
     """Stands in for the driver: records each launch and the bytes its parameters held
-    at the moment of the call (the driver copies them then, too)."""
+    at the moment of the call (the driver copies them then, too). With ``ex``, it offers
+    cuLaunchKernelEx as cuda-bindings does (a config is the tuple of what it holds)."""
 
     name = "recording"
     returns_tuple = False
 
-    def __init__(self, layout: ArgumentLayout, result: int = 0) -> None:
+    def __init__(self, layout: ArgumentLayout, result: int = 0, ex: bool = False) -> None:
         self.layout = layout
         self.result = result  # the CUresult every call returns
         self.calls: list[Call] = []
         self.streams = _SameInt()
+        self.launch_kernel_ex = self._launch_kernel_ex if ex else None
 
     def function(self, handle: int) -> int:
         return handle
 
+    def config(self, gx, gy, gz, bx, by, bz, shared, stream) -> tuple:
+        return (gx, gy, gz, bx, by, bz, shared, stream)
+
     def launch_kernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) -> int:
-        args = (f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
+        return self._record("cuLaunchKernel", (f, gx, gy, gz, bx, by, bz, shared, stream, params, extra))
+
+    def _launch_kernel_ex(self, config, f, params, extra) -> int:
+        return self._record("cuLaunchKernelEx", (f, *config, params, extra))
+
+    def _record(self, via: str, args: tuple) -> int:
         assert all(type(a) is int for a in args), args  # what cffi and ctypes take
+        params = args[9]
         n = len(self.layout.slots)
         addresses = [ctypes.c_void_p.from_address(params + 8 * i).value or 0 for i in range(n)]
         slots = [ctypes.string_at(a, s.size) for a, s in zip(addresses, self.layout.slots)]
-        self.calls.append(Call(args, addresses, slots))
+        self.calls.append(Call(args, addresses, slots, via))
         return self.result
 
 

@@ -322,3 +322,69 @@ def test_importing_runtime_imports_no_array_library_and_no_cffi():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# --- cuLaunchKernelEx with a prebuilt config --------------------------------------------
+
+
+def test_a_repeated_launch_reuses_a_prebuilt_config():
+    """The second launch in a row with the same grid, block and stream objects builds a
+    CUlaunchConfig; later ones launch through cuLaunchKernelEx with it, same values."""
+    binding = RecordingBinding(ArgumentLayout(K.arg_names, K.arg_types), ex=True)
+    fn = function_for(K, binding)
+    grid, block = (6, 1, 1), (128, 1, 1)
+    for i in range(4):
+        fn.launch(grid, block, (0x100, 0x200, i, 2, 3), stream=77)
+    fn.launch(tuple([6, 1, 1]), block, (0x100, 0x200, 9, 2, 3), stream=77)  # a new grid tuple
+    fn.launch(grid, block, (0x100, 0x200, 9, 2, 3), stream=78)  # another stream
+    vias = [c.via for c in binding.calls]
+    assert (
+        vias
+        == ["cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchKernelEx", "cuLaunchKernelEx"]
+        + ["cuLaunchKernel"] * 2
+    )
+    assert [c.args[:9] for c in binding.calls] == [(0xF00D, 6, 1, 1, 128, 1, 1, 0, 77)] * 5 + [
+        (0xF00D, 6, 1, 1, 128, 1, 1, 0, 78)
+    ]
+    assert [c.slots[2] for c in binding.calls[:4]] == [i.to_bytes(4, "little") for i in range(4)]
+    prepared = fn.prepare(grid, block, stream=5, shared_mem=16)
+    prepared(0x100, 0x200, 1, 2, 3)
+    prepared.raw(0x100, 0x200, 1, 2, 3)
+    assert [(c.via, c.args[:9]) for c in binding.calls[-2:]] == [
+        ("cuLaunchKernelEx", (0xF00D, 6, 1, 1, 128, 1, 1, 16, 5))
+    ] * 2
+
+
+def test_a_cached_stream_is_still_asked_whether_it_is_open():
+    fn = function_for(K, RecordingBinding(ArgumentLayout(K.arg_names, K.arg_types), ex=True))
+    stream = runtime.Stream.__new__(runtime.Stream)
+    stream.handle, stream.owned, stream._finalizer, stream.device = 0x99, False, None, FakeDevice()
+    grid, block = (1, 1, 1), (128, 1, 1)
+    for _ in range(3):
+        fn.launch(grid, block, (0, 0, 1, 1, 0), stream=stream)
+    stream.close()
+    with pytest.raises(ValueError, match="this Stream is closed"):
+        fn.launch(grid, block, (0, 0, 1, 1, 0), stream=stream)
+
+
+def test_a_failed_ex_launch_is_retried_plainly():
+    class FailingEx(RecordingBinding):
+        def _launch_kernel_ex(self, config, f, params, extra):
+            super()._launch_kernel_ex(config, f, params, extra)
+            return 201
+
+    binding = FailingEx(ArgumentLayout(K.arg_names, K.arg_types), ex=True)
+    fn = function_for(K, binding)
+    fn.device._activate = lambda: None
+    prepared = fn.prepare(2, 128)
+    prepared(0x10, 0x20, 1, 2, 3)
+    assert [c.via for c in binding.calls] == ["cuLaunchKernelEx", "cuLaunchKernel"]
+    assert binding.calls[0].args == binding.calls[1].args and binding.calls[0].slots == binding.calls[1].slots
+    binding.calls.clear()
+    grid, block = (3, 1, 1), (128, 1, 1)
+    for _ in range(3):
+        fn.launch(grid, block, (0x10, 0x20, 1, 2, 3), stream=9)
+    assert [c.via for c in binding.calls] == ["cuLaunchKernel", *["cuLaunchKernelEx", "cuLaunchKernel"] * 2]
+    assert {c.args for c in binding.calls} == {
+        (0xF00D, 3, 1, 1, 128, 1, 1, 0, 9, binding.calls[0].args[9], 0)
+    }

@@ -449,7 +449,7 @@ def markdown(record: dict) -> str:
     for key, limit in TARGETS:
         if key in us and base:
             ratio = us[key] / base
-            lines.append(f"| {LABELS[key]} ≤ {limit}× bare | {ratio:.2f}× | {yes(ratio <= limit)} |")
+            lines.append(f"| {LABELS[key]} ≤ {limit}× bare | {ratio:.3f}× | {yes(ratio <= limit)} |")
     for key in ("checked_int", "checked_device_array", "checked_torch"):
         for peer in ("cuda_core_launch", "torch_copy"):
             if key in us and peer in us:

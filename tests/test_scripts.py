@@ -79,8 +79,8 @@ def test_launch_benchmark_tables_its_record():
     record["labels"] = {k: bench_launch.LABELS[k] for k in record["us_per_launch"]}
     table = bench_launch.markdown(record)
     assert "| Function.launch, int pointers | 6.60 | 1.10 |" in table
-    assert "| Function.launch, int pointers ≤ 1.15× bare | 1.10× | yes |" in table
-    assert "| Function.launch, torch tensors ≤ 1.3× bare | 1.40× | no |" in table
+    assert "| Function.launch, int pointers ≤ 1.15× bare | 1.100× | yes |" in table
+    assert "| Function.launch, torch tensors ≤ 1.3× bare | 1.400× | no |" in table
     assert "< torch dx.copy_(dy.narrow(1, off, c)) | 6.60 vs 15.00 µs | yes |" in table
     assert "| graph replay ≤ 1.2 µs per launch (wall) | 1.30 µs | no |" in table
     assert "| Triton kernel, the same copy | not measured: no triton | |" in table

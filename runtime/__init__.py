@@ -15,19 +15,26 @@ from __future__ import annotations
 from ._driver import check, driver
 from .device import Device
 from .errors import CudaError, CudaUnavailable, PtxLoadError
+from .graph import Graph, KernelNode
+from .launch import PreparedLaunch
+from .layout import ArgumentLayout
 from .memory import DeviceArray
 from .module import Function, Module
 from .ops import channel_cat_backward, channel_cat_forward
 from .stream import Event, Stream
 
 __all__ = [
+    "ArgumentLayout",
     "CudaError",
     "CudaUnavailable",
     "Device",
     "DeviceArray",
     "Event",
     "Function",
+    "Graph",
+    "KernelNode",
     "Module",
+    "PreparedLaunch",
     "PtxLoadError",
     "Stream",
     "channel_cat_backward",

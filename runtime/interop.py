@@ -1,7 +1,8 @@
 """Device arrays from other libraries: ``__cuda_array_interface__`` and DLPack.
 
 :func:`describe` turns anything a launch may receive for a pointer parameter into
-an :class:`ArrayInfo` (address, dtype, device, read-only, contiguous) without
+an :class:`ArrayInfo` (address, dtype, device, read-only, contiguous, element count
+and extent in bytes) without
 importing the library it came from. :func:`to_dlpack_capsule` goes the other way
 for :class:`runtime.DeviceArray`, so ``torch.from_dlpack(array)`` works.
 """
@@ -9,6 +10,7 @@ for :class:`runtime.DeviceArray`, so ``torch.from_dlpack(array)`` works.
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -70,7 +72,9 @@ class ArrayInfo:
     readonly: bool
     contiguous: bool
     device_id: int | None  # None where the interface does not say (CAI)
-    shape: tuple[int, ...] = ()  # the extents, row-major
+    shape: tuple[int, ...]  # the extents, row-major
+    size: int  # elements
+    nbytes: int  # bytes from ptr to the end of a contiguous array (0 where the itemsize is unknown)
 
 
 def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...] | None, itemsize: int) -> bool:
@@ -95,6 +99,7 @@ def _from_cai(cai: dict[str, Any]) -> ArrayInfo:
     ptr, readonly = cai["data"]
     if cai.get("mask") is not None:
         raise TypeError("masked arrays (__cuda_array_interface__ 'mask') cannot be passed to a kernel")
+    size = math.prod(shape)
     return ArrayInfo(
         ptr=int(ptr or 0),
         dtype=dtype,
@@ -103,6 +108,8 @@ def _from_cai(cai: dict[str, Any]) -> ArrayInfo:
         contiguous=_c_contiguous(shape, tuple(strides) if strides else None, itemsize),
         device_id=None,
         shape=shape,
+        size=size,
+        nbytes=size * itemsize,
     )
 
 
@@ -131,6 +138,7 @@ def _from_dlpack(obj: Any, stream: int) -> ArrayInfo:
     dt = tensor.dtype
     dtype = dtype_from_dlpack(dt.code, dt.bits, dt.lanes)
     itemsize = dt.bits // 8
+    size = math.prod(shape)
     info = ArrayInfo(
         ptr=(tensor.data or 0) + tensor.byte_offset,
         dtype=dtype,
@@ -139,6 +147,8 @@ def _from_dlpack(obj: Any, stream: int) -> ArrayInfo:
         contiguous=_c_contiguous(shape, tuple(s * itemsize for s in strides) if strides else None, itemsize),
         device_id=int(device_id),
         shape=shape,
+        size=size,
+        nbytes=size * itemsize * dt.lanes,
     )
     del capsule  # unconsumed: its own destructor hands the tensor back to the producer
     return info

@@ -16,7 +16,17 @@ if TYPE_CHECKING:
 
     from .device import Device
 
-__all__ = ["DeviceArray", "numpy_dtype"]
+__all__ = ["DeviceArray", "launch_key", "numpy_dtype"]
+
+# One key object per (device, dtype): a launcher recognises an open, non-empty array
+# of the right device and dtype by one identity comparison with it.
+_launch_keys: dict[tuple[Any, DType], tuple[Any, DType]] = {}
+
+
+def launch_key(device: Device, dtype: DType) -> tuple[Device, DType]:
+    """The :attr:`DeviceArray.launch_key` of open, non-empty arrays of ``dtype`` on ``device``."""
+    key = (device, dtype)
+    return _launch_keys.setdefault(key, key)
 
 
 def check_byte_order(host: np.ndarray) -> None:
@@ -72,7 +82,14 @@ class DeviceArray:
     on :meth:`close`, when the array is garbage-collected, or when its device closes.
     Offers ``__cuda_array_interface__`` and ``__dlpack__``, so torch, CuPy and Numba
     can view it without a copy.
+
+    For launchers: ``address`` is the device address (0 once closed, where ``ptr``
+    raises instead) and ``launch_key`` is ``launch_key(device, dtype)`` while the array
+    is open and holds at least one element, else None.
     """
+
+    address: int
+    launch_key: tuple[Device, DType] | None
 
     def __init__(self, device: Device, shape: Any, dtype: Any) -> None:
         self.device = device
@@ -85,6 +102,8 @@ class DeviceArray:
             device._activate()
             self._ptr = int(check("cuMemAlloc", driver().cuMemAlloc(self.nbytes)))
         self._finalizer = weakref.finalize(self, _free, device, self._ptr)
+        self.address = self._ptr
+        self.launch_key = launch_key(device, self._dtype) if self.nbytes else None
         device._track(self)
 
     # --- what it is -------------------------------------------------------------------
@@ -198,6 +217,8 @@ class DeviceArray:
 
     def close(self) -> None:
         """Free the memory now; idempotent. Views handed to other libraries become invalid."""
+        self.launch_key = None  # first: no launch may pick up the address once it is freed
+        self.address = 0
         self._finalizer()
 
     def __enter__(self) -> DeviceArray:

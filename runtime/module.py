@@ -1,39 +1,41 @@
 """Loaded PTX modules and the functions in them.
 
-:class:`Function.launch` is the hot path. Everything that can be decided once is
-decided when the function is resolved: the packing of each argument (from the
-kernel's ``arg_types``, never from the Python values), one ctypes slot per
-parameter and the ``void**`` array pointing at them. A launch checks the values,
-writes them into the slots and calls ``cuLaunchKernel``; it never synchronizes.
+A :class:`Function` is an entry point with its :class:`~runtime.layout.ArgumentLayout`
+(where each parameter sits, confirmed against the driver) and its
+:class:`~runtime.launch.Launcher` (the checks and the driver call, built once when the
+function is resolved). ``Function.launch`` is the launcher's function itself, so a
+launch is one Python call; it never synchronizes.
 """
 
 from __future__ import annotations
 
-import ctypes
-import functools
-import operator
-import re
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ptxgen.args import Pointer, Scalar
+from ptxgen import Kernel, Pointer, Scalar
 from ptxgen.diagnostics import log_line_numbers, quote_lines
-from ptxgen.kernel import Kernel
 
 from ._driver import check, driver, error_strings, raise_error
 from .errors import PtxLoadError
-from .interop import describe
-from .memory import DeviceArray
-from .stream import Stream, stream_handle
+from .launch import Binding, Launcher, PreparedLaunch, binding
+from .layout import ArgumentLayout, ptx_param_count
 
 if TYPE_CHECKING:
     from .device import Device
 
-__all__ = ["Function", "Module"]
+__all__ = ["Function", "Module", "function_by_handle", "ptx_param_count"]
 
 _LOG_BYTES = 64 * 1024
-_CTYPES = {"Q": ctypes.c_uint64, "q": ctypes.c_int64, "I": ctypes.c_uint32, "i": ctypes.c_int32}
+
+# Launchable functions by CUfunction address, so a captured graph node names its Function.
+_by_handle: weakref.WeakValueDictionary[int, Function] = weakref.WeakValueDictionary()
+
+
+def function_by_handle(handle: int) -> Function | None:
+    """The open :class:`Function` whose ``CUfunction`` is ``handle``, if any."""
+    return _by_handle.get(handle)
 
 
 def _c_string(buffer: bytearray) -> str:
@@ -124,6 +126,8 @@ class Module:
             if self._handle is None:
                 return
             handle, self._handle = self._handle, None
+            for function in self._functions.values():
+                function._module_closed()  # before the unload: no launch may use the handle after
         self.device._forget_module(self)
         if self.device._closing_or_open():
             self.device._activate()
@@ -137,27 +141,6 @@ class Module:
 
     def __repr__(self) -> str:
         return f"<runtime.Module {self.kernel.id}{' closed' if self.closed else ''}>"
-
-
-def ptx_param_count(source: str, entry: str) -> int | None:
-    """How many ``.param`` the ``.entry`` called ``entry`` declares in ``source``, or None."""
-    match = re.search(rf"\.entry\s+{re.escape(entry)}\s*\(([^)]*)\)", source)
-    if match is None:
-        return None
-    without_comments = re.sub(r"//[^\n]*|/\*.*?\*/", "", match.group(1), flags=re.S)
-    return len(re.findall(r"\.param\b", without_comments))
-
-
-def _param_count(drv: Any, handle: Any) -> int | None:
-    """cuFuncGetParamCount where bindings and driver have it (CUDA 13), else None."""
-    get_count = getattr(drv, "cuFuncGetParamCount", None)
-    if get_count is None:
-        return None
-    try:
-        err, count = get_count(handle)
-    except Exception:  # bindings newer than the driver: the symbol is missing
-        return None
-    return None if err else int(count)
 
 
 def _dim3(value: Any, what: str) -> tuple[int, int, int]:
@@ -174,7 +157,7 @@ def _dim3(value: Any, what: str) -> tuple[int, int, int]:
 
 
 class Function:
-    """One ``.entry`` of a loaded module, with its argument slots prepared."""
+    """One ``.entry`` of a loaded module, with its argument layout and launcher built."""
 
     def __init__(
         self,
@@ -194,7 +177,6 @@ class Function:
         if err:
             raise_error(f"cuModuleGetFunction({name!r}) in module {module.kernel.id}", err)
         self._handle = handle
-        self._default_stream = drv.CUstream(0)
         attribute = drv.CUfunction_attribute
         self.max_threads_per_block = int(
             check(
@@ -209,6 +191,8 @@ class Function:
             )
         )
         self.arg_types: tuple[Pointer | Scalar, ...] | None = None
+        self.layout: ArgumentLayout | None = None
+        self._launcher: Launcher | None = None
         if arg_types is not None:
             self.arg_types = tuple(arg_types)
             names = tuple(arg_names) if arg_names is not None else None
@@ -217,49 +201,58 @@ class Function:
             if len(names) != len(self.arg_types):
                 raise ValueError(f"{name}: {len(names)} arg_names for {len(self.arg_types)} arg_types")
             self.arg_names: tuple[str, ...] = names
-            self._check_params_against_driver(drv)
-            self._prepare_slots()
+            self.layout = ArgumentLayout(names, self.arg_types)
+            self.layout.check_against_driver(drv, handle, name, module.kernel.source)
+            self._build_launcher(binding())
 
-    def _prepare_slots(self) -> None:
-        """One C slot per parameter, and the ``void**`` that cuLaunchKernel reads: built once."""
-        self._slots = [_CTYPES[t.struct_format]() for t in self.arg_types]
-        self._params = (ctypes.c_void_p * max(len(self._slots), 1))(
-            *[ctypes.addressof(s) for s in self._slots]
+    def make_launcher(self, launch_binding: Binding | str | None = None) -> Launcher:
+        """A launch path of its own for this function, through ``launch_binding`` (a
+        :class:`runtime.launch.Binding` or its name, ``"cffi"``, ``"ctypes"`` or
+        ``"cuda.bindings"``; None: the default). For measuring and testing the bindings;
+        ``launch`` is the default one's."""
+        if self.layout is None:
+            self._no_launcher()
+        if launch_binding is None or isinstance(launch_binding, str):
+            launch_binding = binding(launch_binding)
+        launcher = Launcher(
+            name=self.name,
+            handle=self.handle,
+            layout=self.layout,
+            device=self.device,
+            block=self.block,
+            max_threads_per_block=self.max_threads_per_block,
+            check_geometry=self._check_geometry,
+            ordered=self._ordered,
+            binding=launch_binding,
         )
-        self._params_address = ctypes.addressof(self._params)
-        self._limits = [(t.min, t.max) for t in self.arg_types]
-        # One checker per parameter, chosen from its declared type, never from a value.
-        self._packers = [
-            functools.partial(self._pointer if t.is_pointer else self._scalar, i, t)
-            for i, t in enumerate(self.arg_types)
-        ]
-        self._launch_lock = threading.Lock()
+        if self.module.closed:
+            launcher.close()
+        return launcher
 
-    def _check_params_against_driver(self, drv: Any) -> None:
-        """Compare arg_types with the parameters the loaded PTX declares.
+    def _build_launcher(self, launch_binding: Binding) -> None:
+        """Generate this function's launch path (see :mod:`runtime.launch`)."""
+        self._launcher = self.make_launcher(launch_binding)
+        # The launcher's functions become this object's ``launch`` and ``pack_args``
+        # (instance attributes win over the methods below), so a launch is one call.
+        self.launch = self._launcher.launch  # type: ignore[method-assign]
+        self.pack_args = self._launcher.pack  # type: ignore[method-assign]
+        _by_handle[self.handle] = self
 
-        The count comes from cuFuncGetParamCount where the driver has it, else from the
-        ``.entry``'s parameter list in the PTX; no query goes past the last parameter, so
-        compute-sanitizer sees no failing driver call.
-        """
-        count = _param_count(drv, self._handle)
-        if count is None:  # this driver cannot say: read the .entry's parameter list
-            count = ptx_param_count(self.module.kernel.source, self.name)
-        declared = len(self.arg_types or ())
-        if count is not None and count != declared:
-            raise TypeError(f"{self.name}: the PTX declares {count} parameters, arg_types lists {declared}")
-        get_info = getattr(drv, "cuFuncGetParamInfo", None)
-        if get_info is None:  # drivers before CUDA 12.4 cannot tell
-            return
-        for index, t in enumerate(self.arg_types or ()):
-            err, _offset, size = get_info(self._handle, index)
-            if err:
-                raise TypeError(f"{self.name}: arg_types lists {declared} parameters, the PTX fewer")
-            if int(size) != t.size:
-                raise TypeError(
-                    f"{self.name}: parameter {index} ({self.arg_names[index]}) is {size} bytes in "
-                    f"the PTX, but arg_types says {t} ({t.size} bytes)"
-                )
+    @property
+    def handle(self) -> int:
+        """The ``CUfunction`` as an int."""
+        return int(self._handle)
+
+    @property
+    def launcher(self) -> Launcher | None:
+        """The generated launch path (``launcher.source`` shows it); None without arg_types."""
+        return self._launcher
+
+    def _module_closed(self) -> None:
+        if self._launcher is not None:
+            self._launcher.close()
+            if _by_handle.get(self.handle) is self:
+                del _by_handle[self.handle]
 
     def __repr__(self) -> str:
         return f"<runtime.Function {self.name}>"
@@ -267,6 +260,7 @@ class Function:
     # --- argument checks ------------------------------------------------------------
 
     def _ordered(self, args: Any) -> Sequence[Any]:
+        """``args`` in ``arg_names`` order, or the error that says what is wrong with them."""
         names = self.arg_names
         wanted = f"{len(names)} arguments ({', '.join(names)})"
         if isinstance(args, Mapping):
@@ -290,76 +284,6 @@ class Function:
             )
             raise TypeError(f"{self.name} takes {wanted}, got {len(args)}: {detail}")
         return args
-
-    def _pointer(self, index: int, t: Pointer, value: Any, stream: int = 0) -> int:
-        if (
-            value.__class__ is DeviceArray
-            and value._dtype is t.dtype
-            and value.device is self.device
-            and value._finalizer.alive
-        ):
-            return value._ptr  # the common case; anything else gets the full checks below
-        name = self.arg_names[index]
-        if type(value) is DeviceArray:
-            if value.closed:
-                raise ValueError(f"argument {name!r} ({t}): the DeviceArray is closed")
-            if value.dtype != t.dtype.name:
-                raise TypeError(f"argument {name!r} ({t}) got a DeviceArray of {value.dtype}")
-            if value.device is not self.device:
-                raise ValueError(
-                    f"argument {name!r} ({t}) lives on device {value.device.ordinal}, "
-                    f"the kernel runs on device {self.device.ordinal}"
-                )
-            return value._ptr
-        if isinstance(value, bool):
-            raise TypeError(f"argument {name!r} ({t}) got a bool")
-        if isinstance(value, int):
-            if not 0 <= value < 1 << 64:
-                raise ValueError(f"argument {name!r} ({t}): address {value} is not a 64-bit address")
-            return value
-        if value is None:
-            raise TypeError(f"argument {name!r} ({t}) got None; pass 0 for a null pointer")
-        try:
-            info = describe(value, stream)
-        except TypeError as err:
-            raise TypeError(f"argument {name!r} ({t}): {err}") from None
-        if info.dtype is not t.dtype:
-            raise TypeError(
-                f"argument {name!r} ({t}) got a {type(value).__name__} of {info.dtype_text}"
-                + (f" ({info.dtype.name})" if info.dtype else "")
-            )
-        if info.readonly and t.writes:
-            raise ValueError(f"argument {name!r} ({t}) is written by the kernel, but the array is read-only")
-        if not info.contiguous:
-            raise ValueError(
-                f"argument {name!r} ({t}): the array is not contiguous; pass a compact "
-                "row-major copy (.contiguous() / ascontiguousarray)"
-            )
-        if info.device_id is not None and info.device_id != self.device.ordinal:
-            raise ValueError(
-                f"argument {name!r} ({t}) lives on device {info.device_id}, "
-                f"the kernel runs on device {self.device.ordinal}"
-            )
-        return info.ptr
-
-    def _scalar(self, index: int, t: Scalar, value: Any, stream: int = 0) -> int:
-        if value.__class__ is int:
-            low, high = self._limits[index]
-            if low <= value <= high:
-                return value
-        name = self.arg_names[index]
-        if isinstance(value, (bool, str, bytes, float)):
-            raise TypeError(f"argument {name!r} ({t}) must be an int, not {type(value).__name__} {value!r}")
-        try:
-            number = operator.index(value)
-        except TypeError:
-            raise TypeError(f"argument {name!r} ({t}) must be an int, not {type(value).__name__}") from None
-        low, high = self._limits[index]
-        if not low <= number <= high:
-            signed_api, signed_ptx = t.name[0] == "i", t.ptx_type[0] == "s"
-            how = f"{t}, read by the kernel as .{t.ptx_type}" if signed_api != signed_ptx else str(t)
-            raise ValueError(f"argument {name!r} ({how}) = {number} is out of range [{low}, {high}]")
-        return number
 
     def _check_geometry(
         self, grid: Any, block: Any, shared_mem: Any
@@ -402,7 +326,16 @@ class Function:
             raise TypeError(f"shared_mem must be an int number of bytes, not {shared_mem!r}")
         raise ValueError(f"shared_mem {shared_mem} is outside 0..{dev.max_shared_memory_per_block} bytes")
 
+    def _no_launcher(self) -> NoReturn:
+        raise TypeError(
+            f"{self.name} has no argument types: resolve it with "
+            "module.get_function(name, arg_types=[...]) to launch it"
+        )
+
     # --- launch ---------------------------------------------------------------------
+    # With arg_types, the launcher's generated functions replace ``launch`` and
+    # ``pack_args`` on the instance; these methods document them and serve functions
+    # resolved without arg_types, which cannot launch.
 
     def launch(
         self,
@@ -418,44 +351,24 @@ class Function:
         Every argument is checked against ``arg_types`` and every dimension against
         the device's limits before anything is launched.
         """
-        if self.module._handle is None:
-            raise ValueError(f"{self.name}: its module is closed")
-        if self.arg_types is None:
-            raise TypeError(
-                f"{self.name} has no argument types: resolve it with "
-                "module.get_function(name, arg_types=[...]) to launch it"
-            )
-        g, b, shared = self._check_geometry(grid, block, shared_mem)
-        # cuda-bindings converts a CUstream faster than an int, so pass the object we hold.
-        if stream is None:
-            handle, cu_stream = 0, self._default_stream
-        elif stream.__class__ is Stream:
-            handle, cu_stream = stream._handle_int(), stream._handle
-        else:
-            handle = cu_stream = stream_handle(stream)
-        values = self.pack_args(args, handle)
-        self.device._activate()
-        drv = driver()
-        with self._launch_lock:  # the slots are shared; the driver copies them at launch
-            self._fill_slots(values)
-            (err,) = drv.cuLaunchKernel(
-                self._handle, g[0], g[1], g[2], b[0], b[1], b[2], shared, cu_stream, self._params_address, 0
-            )
-        if err:
-            raise_error(f"cuLaunchKernel({self.name})", err)
+        self._no_launcher()
 
     def pack_args(self, args: Sequence[Any] | Mapping[str, Any], stream: int = 0) -> list[int]:
         """Check ``args`` against ``arg_types`` and return the integer each slot will hold.
 
-        Pointer parameters take a DeviceArray, an object with ``__cuda_array_interface__``
-        or ``__dlpack__``, or an int address; integer parameters take ints in range.
-        Nothing is launched or written.
+        Pointer parameters take a DeviceArray, a torch or CuPy array, an object with
+        ``__cuda_array_interface__`` or ``__dlpack__``, or an int address; integer
+        parameters take ints in range. Nothing is launched or written.
         """
-        if self.arg_types is None:
-            raise TypeError(f"{self.name} has no argument types")
-        ordered = args if args.__class__ is tuple and len(args) == len(self._packers) else self._ordered(args)
-        return [pack(value, stream) for pack, value in zip(self._packers, ordered)]
+        self._no_launcher()
 
-    def _fill_slots(self, values: list[int]) -> None:
-        for slot, value in zip(self._slots, values):
-            slot.value = value
+    def prepare(self, grid: Any, block: Any, *, stream: Any = None, shared_mem: int = 0) -> PreparedLaunch:
+        """A launch with ``grid``, ``block``, ``stream`` and ``shared_mem`` checked and fixed
+        now: call it with the arguments alone (checked as :meth:`launch` checks them), or
+        its ``raw`` with trusted ints. See :class:`runtime.launch.PreparedLaunch`."""
+        if self._launcher is None:
+            self._no_launcher()
+        if self.module.closed:
+            raise ValueError(f"{self.name}: its module is closed")
+        g, b, shared = self._check_geometry(grid, block, shared_mem)
+        return self._launcher.prepare(g, b, shared, stream)

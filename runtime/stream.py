@@ -24,7 +24,7 @@ def stream_handle(stream: Any) -> int:
     if stream is None:
         return 0
     if type(stream) is Stream:
-        return stream._handle_int()
+        return stream.handle
     if isinstance(stream, bool):
         raise TypeError("stream must be a Stream, an int handle or None, not a bool")
     if isinstance(stream, int):
@@ -49,7 +49,14 @@ def stream_handle(stream: Any) -> int:
 
 class Stream:
     """A CUDA stream. ``Stream(device)`` creates one it owns; :meth:`from_handle`
-    wraps a foreign handle (torch's current stream, say) without taking ownership."""
+    wraps a foreign handle (torch's current stream, say) without taking ownership.
+
+    ``handle`` is the ``CUstream`` as an int; reading it raises ``ValueError`` once the
+    stream is closed. (It is a plain attribute, removed on close, so a launch reads it
+    at the cost of an attribute lookup.)
+    """
+
+    handle: int
 
     def __init__(self, device: Device | None = None, *, non_blocking: bool = False) -> None:
         from .device import Device
@@ -63,7 +70,7 @@ class Stream:
             else drv.CUstream_flags.CU_STREAM_DEFAULT
         )
         self._handle = check("cuStreamCreate", drv.cuStreamCreate(int(flags)))
-        self._int = int(self._handle)
+        self.handle = int(self._handle)
         self.owned = True
         self._finalizer = weakref.finalize(self, _destroy_stream, self.device, self._handle)
         self.device._track(self)
@@ -75,34 +82,36 @@ class Stream:
 
         self = cls.__new__(cls)
         self.device = device if device is not None else Device(0)
-        self._int = stream_handle(handle)
-        self._handle = driver().CUstream(self._int)
+        self.handle = stream_handle(handle)
+        self._handle = driver().CUstream(self.handle)
         self.owned = False
         self._finalizer = None
         return self
 
-    @property
-    def handle(self) -> int:
-        return self._handle_int()
-
-    def _handle_int(self) -> int:
-        if self._int is None:
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for attributes the instance lacks: ``handle`` after close().
+        if name == "handle":
             raise ValueError("this Stream is closed")
-        return self._int
+        raise AttributeError(f"'Stream' object has no attribute {name!r}")
+
+    @property
+    def closed(self) -> bool:
+        return "handle" not in self.__dict__
 
     def __cuda_stream__(self) -> tuple[int, int]:
-        return (0, self._handle_int())
+        return (0, self.handle)
 
     def synchronize(self) -> None:
         """Wait until all work queued on this stream has finished."""
+        _ = self.handle  # raises once closed: the CUstream below would be a destroyed one
         self.device._activate()
         check("cuStreamSynchronize", driver().cuStreamSynchronize(self._handle))
 
     def close(self) -> None:
         """Destroy the stream if this object created it; idempotent."""
+        self.__dict__.pop("handle", None)  # first: no launch may pick up the handle once it is gone
         if self._finalizer is not None:
             self._finalizer()
-        self._int = None
 
     def __enter__(self) -> Stream:
         return self
@@ -111,7 +120,7 @@ class Stream:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._int is None else hex(self._int)
+        state = "closed" if self.closed else hex(self.handle)
         return f"<runtime.Stream {state}{'' if self.owned else ' (borrowed)'}>"
 
 

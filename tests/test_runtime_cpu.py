@@ -10,11 +10,13 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import ROOT
+from launch_util import RecordingBinding, function_layout
 
 import ptxgen
 import runtime
 from runtime import interop
 from runtime.errors import CudaError, CudaUnavailable, PtxLoadError
+from runtime.layout import ArgumentLayout
 from runtime.module import Function
 
 np = pytest.importorskip("numpy")
@@ -74,13 +76,17 @@ class FakeDevice:
     max_shared_memory_per_block = 227 * 1024
 
 
-def function_for(kernel) -> Function:
-    """A Function whose slots are prepared as the real one's, minus the driver."""
+def function_for(kernel, binding=None) -> Function:
+    """A Function whose launcher is built as the real one's, with a recording binding
+    standing in for the driver."""
     fn = Function.__new__(Function)
     fn.name, fn.device, fn.block = kernel.entry_point_name, FakeDevice(), kernel.block
     fn.max_threads_per_block = kernel.block[0]
     fn.arg_types, fn.arg_names = tuple(kernel.arg_types), tuple(kernel.arg_names)
-    fn._prepare_slots()
+    fn.layout = ArgumentLayout(fn.arg_names, fn.arg_types)
+    fn._handle = 0xF00D
+    fn.module = SimpleNamespace(closed=False)
+    fn._build_launcher(binding if binding is not None else RecordingBinding(fn.layout))
     return fn
 
 
@@ -95,13 +101,14 @@ K = ptxgen.ChannelCatBackward("f32", 128)
 
 
 def test_values_are_packed_by_the_declared_types():
-    fn = function_for(K)
+    binding = RecordingBinding(function_layout(K))
+    fn = function_for(K, binding)
     src, dst = CudaArrayLike(ptr=0x1000), CudaArrayLike(ptr=0x2000)
     values = fn.pack_args((src, dst, 16, 32, 16))
     assert values == [0x1000, 0x2000, 16, 32, 16]
-    fn._fill_slots(values)
+    fn.launch(K.grid(1, 16), K.block, (src, dst, 16, 32, 16))
     # The void** points at one slot per parameter, each holding the value in its C type.
-    params = ctypes.cast(fn._params_address, ctypes.POINTER(ctypes.c_void_p))
+    params = binding.calls[-1].params
     assert ctypes.c_uint64.from_address(params[0]).value == 0x1000
     assert ctypes.c_uint64.from_address(params[1]).value == 0x2000
     assert [ctypes.c_int32.from_address(params[i]).value for i in (2, 3, 4)] == [16, 32, 16]

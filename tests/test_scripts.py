@@ -175,3 +175,24 @@ def test_gpu_check_script_without_a_gpu_exits_non_zero_and_leaves_the_record(tmp
     assert out.returncode == 1 and out.stdout == ""
     assert out.stderr.startswith("gpu_check: no GPU here (") and len(out.stderr.splitlines()) == 1
     assert record.read_bytes() == before
+
+
+def test_launch_benchmark_tables_its_record():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import bench_launch
+
+    record = {
+        "us_per_launch": {"bare_cuda_bindings": 6.0, "checked_int": 6.6, "checked_torch": 8.4,
+                          "torch_copy": 15.0, "graph_replay_per_launch": 1.3},
+        "not_measured": {"triton": "not measured: no triton"},
+        "gpu": "G (sm_90)", "driver": "580 (CUDA 13.0)", "date": "2026-11-30", "python": "3.12",
+        "versions": {"cuda-bindings": "13.3.1"}, "default_binding": "cffi", "method": "m", "failures": [],
+    }  # fmt: skip
+    record["labels"] = {k: bench_launch.LABELS[k] for k in record["us_per_launch"]}
+    table = bench_launch.markdown(record)
+    assert "| Function.launch, int pointers | 6.60 | 1.10 |" in table
+    assert "| Function.launch, int pointers ≤ 1.15× bare | 1.100× | yes |" in table
+    assert "| Function.launch, torch tensors ≤ 1.3× bare | 1.400× | no |" in table
+    assert "< torch dx.copy_(dy.narrow(1, off, c)) | 6.60 vs 15.00 µs | yes |" in table
+    assert "| graph replay ≤ 1.2 µs per launch (wall) | 1.30 µs | no |" in table
+    assert "| Triton kernel, the same copy | not measured: no triton | |" in table

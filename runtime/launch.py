@@ -1,0 +1,598 @@
+"""The launch path: the call into the driver, and the checks in front of it.
+
+**The call.** ``cuLaunchKernel`` is reached through one of three bindings:
+cuda-bindings (the default: its Cython call, given a ``CUfunction`` and a ``CUstream``
+object, is the cheapest of the three, see ``docs/perf/launch.md``), cffi in ABI mode
+(``dlopen`` of libcuda, no compiler) or ctypes. cffi and ctypes declare every handle
+as ``uintptr_t``, so Python ints go straight through: a pointer and a ``uintptr_t``
+are passed alike by every C calling convention CUDA runs on (x86-64 System V and
+Windows, AArch64). ``PTXGEN_LAUNCH_BINDING=cuda.bindings|cffi|ctypes`` picks one;
+without it the first of :data:`BINDINGS` that loads is used.
+
+**The checks.** Everything that can be decided once is decided when a function is
+resolved, and written into one Python function per launch entry (:attr:`Launcher.source`
+shows it): the parameter count, each argument's fast test from its declared type
+(a DeviceArray by one identity comparison of its ``launch_key``, an int by its range,
+a torch tensor by six attribute reads), the device's limits and the kernel's block as
+literals. A value that fails its fast test goes to the full check in
+:mod:`runtime.arrays`, which accepts it or raises naming the argument. Nothing is
+launched until every check has passed.
+
+**The buffer.** Values are packed with one ``struct.pack_into`` into a buffer laid out
+by :class:`runtime.layout.ArgumentLayout`; the driver copies it during the call, so a
+buffer is reused right after. Buffers come from a pool (``list.pop``/``append`` are
+atomic), so threads launching the same function never share one, without a lock.
+
+**The context.** The launch does not ask the driver which context is current: a
+``CUfunction`` belongs to its module's context. If the call fails (no context on a
+fresh thread, say), the device's context is made current and the launch is tried once
+more; a second failure raises :class:`runtime.CudaError`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ._driver import _LIBCUDA, driver, raise_error
+from .arrays import PointerParam, ScalarParam, pointer_value, scalar_value
+from .layout import ArgumentLayout, ParamBuffer
+from .memory import DeviceArray
+from .stream import Stream, stream_handle
+
+if TYPE_CHECKING:
+    from .device import Device
+
+__all__ = ["BINDINGS", "Binding", "Launcher", "PreparedLaunch", "binding"]
+
+BINDINGS = ("cuda.bindings", "cffi", "ctypes")  # the default order, cheapest call first (measured)
+_ENV = "PTXGEN_LAUNCH_BINDING"
+
+
+# --- bindings ---------------------------------------------------------------------------
+
+
+class Binding(Protocol):
+    """``cuLaunchKernel`` through one binding, and the handles it takes.
+
+    ``launch_kernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)`` takes
+    ``f`` as :meth:`function` makes it, ``stream`` as ``streams[handle]`` holds it, the
+    rest as ints; it returns the ``CUresult`` (0 on success), or a 1-tuple of it where
+    ``returns_tuple`` is set. ``launch_kernel_ex(config, f, params, extra)``, where not
+    None, is ``cuLaunchKernelEx`` with a config that :meth:`config` made.
+    """
+
+    name: str
+    returns_tuple: bool
+    launch_kernel: Callable[..., Any]
+    launch_kernel_ex: Callable[..., Any] | None
+    streams: dict[int, Any]
+
+    def function(self, handle: int) -> Any: ...
+
+    def config(
+        self, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int, stream: Any
+    ) -> Any: ...
+
+
+def _symbol() -> str:
+    """The entry point cuda-bindings itself would call: the per-thread default stream
+    variant when CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM is set, as it reads it."""
+    return (
+        "cuLaunchKernel_ptsz"
+        if os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM")
+        else "cuLaunchKernel"
+    )
+
+
+class _Streams(dict):
+    """Each stream handle as the binding takes it, made once and then looked up."""
+
+    def __init__(self, make: Callable[[int], Any], default: Any) -> None:
+        super().__init__({0: default})
+        self._make = make
+
+    def __missing__(self, handle: int) -> Any:
+        value = self[handle] = self._make(handle)
+        return value
+
+
+class _IntHandles:
+    """cffi and ctypes take handles as the ints they are, and launch with cuLaunchKernel."""
+
+    returns_tuple = False
+    launch_kernel_ex = None
+
+    def __init__(self) -> None:
+        self.streams = _Streams(int, 0)
+
+    def function(self, handle: int) -> int:
+        return handle
+
+    def config(self, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int, stream: Any) -> None:
+        return None
+
+
+class _Cffi(_IntHandles):
+    name = "cffi"
+
+    def __init__(self) -> None:
+        import cffi
+
+        super().__init__()
+        symbol = _symbol()
+        ffi = cffi.FFI()
+        ffi.cdef(
+            f"int {symbol}(uintptr_t f, unsigned int gx, unsigned int gy, unsigned int gz,"
+            " unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,"
+            " uintptr_t stream, uintptr_t params, uintptr_t extra);"
+        )
+        lib = ffi.dlopen(_LIBCUDA)
+        self._keep = (ffi, lib)
+        self.launch_kernel = getattr(lib, symbol)
+
+
+class _Ctypes(_IntHandles):
+    name = "ctypes"
+
+    def __init__(self) -> None:
+        import ctypes
+
+        super().__init__()
+        lib = ctypes.CDLL(_LIBCUDA)
+        handle, uint = ctypes.c_size_t, ctypes.c_uint
+        self.launch_kernel = getattr(lib, _symbol())
+        self.launch_kernel.argtypes = [handle, *[uint] * 7, handle, handle, handle]
+        self.launch_kernel.restype = ctypes.c_int
+        self._keep = lib
+
+
+class _CudaBindings:
+    """cuda-bindings converts a ``CUfunction``/``CUstream`` object it made faster than an
+    int, and ``None`` (the default stream) fastest: both are made once per handle."""
+
+    name = "cuda.bindings"
+    returns_tuple = True
+
+    def __init__(self) -> None:
+        drv = driver()
+        self.launch_kernel = drv.cuLaunchKernel
+        self.launch_kernel_ex = getattr(drv, "cuLaunchKernelEx", None)  # CUDA 12.0+
+        self._function = drv.CUfunction
+        self._config = drv.CUlaunchConfig
+        self.streams = _Streams(drv.CUstream, None)
+
+    def function(self, handle: int) -> Any:
+        return self._function(handle)
+
+    def config(self, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int, stream: Any) -> Any:
+        """A ``CUlaunchConfig`` with no attributes: what cuLaunchKernel's arguments say."""
+        c = self._config()
+        c.gridDimX, c.gridDimY, c.gridDimZ = gx, gy, gz
+        c.blockDimX, c.blockDimY, c.blockDimZ = bx, by, bz
+        c.sharedMemBytes = shared
+        c.hStream = stream
+        return c
+
+
+_MAKERS: dict[str, Callable[[], Binding]] = {"cffi": _Cffi, "ctypes": _Ctypes, "cuda.bindings": _CudaBindings}
+_loaded: dict[str, Binding] = {}
+_default: list[Binding] = []
+
+
+def binding(name: str | None = None) -> Binding:
+    """The binding called ``name``, or the default one (``PTXGEN_LAUNCH_BINDING``, else
+    the first of :data:`BINDINGS` that loads). Raises ``ImportError`` or ``OSError`` if
+    the named one cannot load, ``ValueError`` for an unknown name."""
+    if name is None:
+        if not _default:
+            _default.append(_choose_default())
+        return _default[0]
+    if name not in _MAKERS:
+        raise ValueError(f"unknown launch binding {name!r}; accepted: {', '.join(BINDINGS)}")
+    if name not in _loaded:
+        _loaded[name] = _MAKERS[name]()
+    return _loaded[name]
+
+
+def _choose_default() -> Binding:
+    wanted = os.environ.get(_ENV)
+    if wanted:
+        return binding(wanted)
+    failures = []
+    for name in BINDINGS:
+        try:
+            return binding(name)
+        except (ImportError, OSError, AttributeError) as err:  # cffi missing, a symbol missing
+            failures.append(f"{name}: {err}")
+    raise ImportError("no launch binding could be loaded: " + "; ".join(failures))
+
+
+# --- prepared launches ----------------------------------------------------------------
+
+
+class PreparedLaunch(Protocol):
+    """What :meth:`runtime.Function.prepare` returns: a function of the arguments alone.
+
+    ``prepared(*args)`` checks every argument (as :meth:`Function.launch` does) and
+    launches with the grid, block, stream and shared memory fixed at preparation.
+    ``prepared.raw(*values)`` is the trusted path: ints only (addresses and scalars, in
+    ``arg_names`` order), packed as they are with no check beyond what ``struct``
+    refuses (a value that does not fit its C type); a wrong address there is a fault
+    on the GPU, not an exception.
+    """
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int
+    stream: Any
+
+    def __call__(self, *args: Any) -> None: ...
+
+    def raw(self, *values: int) -> None: ...
+
+
+# --- the generated launch functions ---------------------------------------------------
+# Each helper returns source lines. Names in capitals are parameters of the generated
+# ``build`` function (constants and helpers), so the launch functions read them as
+# closure cells; numbers (limits, ranges, the block) are written in as literals.
+
+_MAX_ADDRESS = (1 << 64) - 1
+
+
+class _Miss:
+    """Matches nothing: the tensor class until torch is seen, and the launch cache's
+    first entry."""
+
+
+def _pointer_check(p: PointerParam, indent: str) -> list[str]:
+    i, mask = p.index, p.itemsize - 1
+    aligned = [f"{indent}    if v{i} & {mask}:", f"{indent}        v{i} = SLOW_POINTER(P{i}, a{i}, s)"]
+    return [
+        f"{indent}c = a{i}.__class__",
+        f"{indent}if c is DeviceArray and a{i}.launch_key is K{i}:",
+        f"{indent}    v{i} = a{i}.address",
+        f"{indent}elif c is int and 0 <= a{i} <= {_MAX_ADDRESS}:",
+        f"{indent}    v{i} = a{i}",
+        f"{indent}elif (c is TENSOR and a{i}.dtype is TD{i} and a{i}.is_cuda",
+        f"{indent}        and a{i}.get_device() == {p.ordinal} and a{i}.is_contiguous() and a{i}.nbytes):",
+        f"{indent}    v{i} = a{i}.data_ptr()",
+        *(aligned if mask else []),
+        f"{indent}else:",
+        f"{indent}    v{i} = SLOW_POINTER(P{i}, a{i}, s)",
+    ]
+
+
+def _scalar_checks(group: list[ScalarParam], indent: str) -> list[str]:
+    """Consecutive integer parameters tested together; the full check names the culprit."""
+    types = " and ".join(f"a{p.index}.__class__ is int" for p in group)
+    ranges = " and ".join(f"{p.min} <= a{p.index} <= {p.max}" for p in group)
+    return [
+        f"{indent}if not ({types}",
+        f"{indent}        and {ranges}):",
+        *[f"{indent}    a{p.index} = SCALAR(S{p.index}, a{p.index})" for p in group],
+    ]
+
+
+def _checks(params: Sequence[PointerParam | ScalarParam], indent: str) -> list[str]:
+    """One fast test per argument, in parameter order, from its declared type."""
+    lines: list[str] = []
+    group: list[ScalarParam] = []
+    for p in params:
+        if isinstance(p, ScalarParam):
+            group.append(p)
+            continue
+        if group:
+            lines += _scalar_checks(group, indent)
+            group = []
+        lines += _pointer_check(p, indent)
+    if group:
+        lines += _scalar_checks(group, indent)
+    return lines
+
+
+def _values(params: Sequence[PointerParam | ScalarParam], raw: bool) -> str:
+    """The names holding each packed value: ``v<i>`` for checked pointers, ``a<i>`` otherwise."""
+    checked = (not raw and isinstance(p, PointerParam) for p in params)
+    return ", ".join(f"{'v' if v else 'a'}{p.index}" for v, p in zip(checked, params))
+
+
+def _call(values: str, returns_tuple: bool, config: str | None, indent: str) -> list[str]:
+    """Pack into a pooled buffer and call the driver: ``cuLaunchKernelEx`` with the
+    launch's prebuilt config where there is one (``config``, a name or an expression
+    that may be None), else ``cuLaunchKernel``; on failure, the retry (see above)."""
+    packed = f", {values}" if values else ""
+    r = "[0]" if returns_tuple else ""
+    plain = f"LAUNCH(FN, gx, gy, gz, bx, by, bz, shared_mem, ns, buf.params, 0){r}"
+    relaunch = f"{indent}    RELAUNCH(gx, gy, gz, bx, by, bz, shared_mem, ns, buf)"
+    lines = [
+        f"{indent}try:",
+        f"{indent}    buf = POOL.pop()",
+        f"{indent}except IndexError:",
+        f"{indent}    buf = NEW_BUFFER()",
+        f"{indent}PACK(buf.memory, 0{packed})",
+    ]
+    if config is None:
+        lines += [f"{indent}if {plain}:", relaunch]
+    elif config == "CFG":  # prepared: always there
+        lines += [f"{indent}if LAUNCH_EX(CFG, FN, buf.params, 0){r}:", relaunch]
+    else:  # the checked launch: a config once the same launch repeats
+        lines += [
+            f"{indent}if {config} is None:",
+            f"{indent}    if {plain}:",
+            f"{indent}    {relaunch}",
+            f"{indent}elif LAUNCH_EX({config}, FN, buf.params, 0){r}:",
+            f"{indent}    gx, gy, gz, bx, by, bz, ns = rest",
+            relaunch,
+        ]
+    return [*lines, f"{indent}POOL.append(buf)"]
+
+
+def _unpack(n: int, indent: str) -> list[str]:
+    if n == 0:
+        return [f"{indent}if args.__class__ is not tuple or args:", f"{indent}    ORDERED(args)"]
+    names = "".join(f"a{i}, " for i in range(n))
+    return [
+        f"{indent}try:",
+        f"{indent}    if args.__class__ is not tuple:",
+        f"{indent}        raise ValueError",
+        f"{indent}    {names}= args",
+        f"{indent}except ValueError:  # not a tuple of {n}: a list, a dict, or the error saying why",
+        f"{indent}    {names}= ORDERED(args)",
+    ]
+
+
+def _geometry(block: tuple[int, int, int] | None, device: Device, max_threads: int, ex: bool) -> list[str]:
+    """Grid, block, shared memory and stream.
+
+    The objects of the last launch are known good: a tuple of ints cannot change, and a
+    stream object names one stream for its life (a runtime.Stream is asked whether it
+    is still open); the cache holds them until another launch replaces them. The
+    second launch in a row with the same objects builds the ``CUlaunchConfig`` that
+    later ones reuse. Other values get the common case as literals (three ints in
+    range, the kernel's block) and anything else the full check.
+    """
+    mg, mb, shm = device.max_grid, device.max_block, device.max_shared_memory_per_block
+    tests = [
+        "gx.__class__ is int and gy.__class__ is int and gz.__class__ is int",
+        "bx.__class__ is int and by.__class__ is int and bz.__class__ is int",
+        "shared_mem.__class__ is int",
+        f"0 < gx <= {mg[0]} and 0 < gy <= {mg[1]} and 0 < gz <= {mg[2]} and 0 <= shared_mem <= {shm}",
+    ]
+    if block is not None:
+        fits = all(0 < b <= m for b, m in zip(block, mb)) and block[0] * block[1] * block[2] <= max_threads
+        # A block the device cannot run never passes the fast test; the full check says why.
+        tests.append(f"bx == {block[0]} and by == {block[1]} and bz == {block[2]}" if fits else "False")
+    else:
+        tests.append(f"0 < bx <= {mb[0]} and 0 < by <= {mb[1]} and 0 < bz <= {mb[2]}")
+        tests.append(f"bx * by * bz <= {max_threads}")
+    joined = "\n                    and ".join(tests)
+    if ex:  # the Ex launch needs only the config; the values are unpacked to build one
+        hit = [
+            "            if cfg is None:",
+            "                gx, gy, gz, bx, by, bz, ns = rest",
+            "                cfg = CONFIG(gx, gy, gz, bx, by, bz, shared_mem, ns)",
+            "                LAST = (grid, block, shared_mem, stream, cfg, s, rest)",
+        ]
+    else:
+        hit = ["            gx, gy, gz, bx, by, bz, ns = rest"]
+    return [
+        "        last_grid, last_block, last_shared, last_stream, cfg, s, rest = LAST",
+        "        if (grid is last_grid and block is last_block and shared_mem is last_shared",
+        "                and stream is last_stream):",
+        "            if stream.__class__ is Stream:",
+        "                stream.handle  # raises once the Stream is closed",
+        *hit,
+        "        else:",
+        "            try:",
+        "                gx, gy, gz = grid",
+        "                bx, by, bz = block",
+        "            except (TypeError, ValueError):",
+        "                gx = None  # not three of each: the full check below",
+        f"            if not ({joined}):",
+        "                (gx, gy, gz), (bx, by, bz), shared_mem = GEOMETRY(grid, block, shared_mem)",
+        "            if stream is None:",
+        "                s = 0",
+        "            elif stream.__class__ is Stream:",
+        "                s = stream.handle",
+        "            else:",
+        "                s = STREAM_HANDLE(stream)",
+        "            ns = STREAMS[s]",
+        "            cfg = None",
+        "            rest = (gx, gy, gz, bx, by, bz, ns)",
+        "            if grid.__class__ is tuple and block.__class__ is tuple:",
+        "                LAST = (grid, block, shared_mem, stream, None, s, rest)",
+    ]
+
+
+_HELPERS = (
+    "OPEN, FN, POOL, NEW_BUFFER, PACK, LAUNCH, LAUNCH_EX, CONFIG, RELAUNCH, CLOSED, ORDERED, GEOMETRY,"
+    " STREAM_HANDLE, STREAMS, Stream, DeviceArray, TENSOR, SLOW_POINTER, SCALAR, LAST"
+)
+
+
+def _source(
+    params: Sequence[PointerParam | ScalarParam],
+    block: tuple[int, int, int] | None,
+    device: Device,
+    max_threads: int,
+    returns_tuple: bool,
+    ex: bool,
+) -> str:
+    """The Python source of ``build(...)``, which returns the launch functions.
+
+    ``ex``: launch through ``cuLaunchKernelEx`` with a prebuilt config where one is
+    known (cuda-bindings converts one config object faster than seven ints and a stream).
+    """
+    n = len(params)
+    pointers = [p for p in params if isinstance(p, PointerParam)]
+    constants = [
+        name
+        for p in params
+        for name in ((f"P{p.index}", f"K{p.index}", f"TD{p.index}") if p in pointers else (f"S{p.index}",))
+    ]
+    names = "".join(f"a{i}, " for i in range(n))
+    checked, raw = _values(params, raw=False), _values(params, raw=True)
+    torch_cells = ", ".join(["TENSOR", *(f"TD{p.index}" for p in pointers)])
+    lines = [
+        f"def build({', '.join([_HELPERS, *constants])}):",
+        "    def launch(grid, block, args, *, stream=None, shared_mem=0):",
+        "        nonlocal LAST",
+        "        if not OPEN:",
+        "            CLOSED()",
+        *_unpack(n, "        "),
+        *_geometry(block, device, max_threads, ex),
+        *_checks(params, "        "),
+        *_call(checked, returns_tuple, "cfg" if ex else None, "        "),
+        "",
+        "    def pack(args, stream=0):",
+        "        s = stream",
+        *_unpack(n, "        "),
+        *_checks(params, "        "),
+        f"        return [{checked}]",
+        "",
+        "    def prepare(gx, gy, gz, bx, by, bz, shared_mem, s, ns, stream):",
+        *(["        CFG = CONFIG(gx, gy, gz, bx, by, bz, shared_mem, ns)"] if ex else []),
+        "",
+        f"        def prepared({names}):",
+        "            if not OPEN:",
+        "                CLOSED()",
+        "            if stream is not None:",
+        "                stream.handle  # raises once the Stream is closed",
+        *_checks(params, "            "),
+        *_call(checked, returns_tuple, "CFG" if ex else None, "            "),
+        "",
+        f"        def raw({names}):",
+        "            if not OPEN:",
+        "                CLOSED()",
+        *_call(raw, returns_tuple, "CFG" if ex else None, "            "),
+        "",
+        "        return prepared, raw",
+        "",
+        "    def close():",
+        "        nonlocal OPEN",
+        "        OPEN = False",
+        "",
+        f"    def bind_torch({torch_cells.lower()}):",
+        f"        nonlocal {torch_cells}",
+        f"        {torch_cells} = {torch_cells.lower()}",
+        "",
+        "    return launch, pack, prepare, close, bind_torch",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+class Launcher:
+    """The checks and the driver call for one function, generated when it is resolved.
+
+    ``launch(grid, block, args, *, stream=None, shared_mem=0)`` and ``pack(args, stream=0)``
+    are the functions :class:`runtime.Function` exposes as ``launch`` and ``pack_args``;
+    :meth:`prepare` makes a :class:`PreparedLaunch`. :meth:`close` makes every later
+    call raise (the module was unloaded: the function handle is gone).
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        handle: int,
+        layout: ArgumentLayout,
+        device: Device,
+        block: tuple[int, int, int] | None,
+        max_threads_per_block: int,
+        check_geometry: Callable[[Any, Any, Any], tuple[tuple[int, int, int], tuple[int, int, int], int]],
+        ordered: Callable[[Any], Sequence[Any]],
+        binding: Binding,
+    ) -> None:
+        self.name = name
+        self.layout = layout
+        self.binding = binding
+        self._device = device
+        self._launch_kernel = binding.launch_kernel
+        self.params: tuple[PointerParam | ScalarParam, ...] = tuple(
+            PointerParam(i, slot.name, slot.type, device)
+            if slot.type.is_pointer
+            else ScalarParam(i, slot.name, slot.type)
+            for i, slot in enumerate(layout.slots)
+        )
+        ex = binding.launch_kernel_ex is not None
+        self.source = _source(self.params, block, device, max_threads_per_block, binding.returns_tuple, ex)
+        constants: list[Any] = []
+        for p in self.params:
+            # A tensor class and dtypes no value can have, until torch is seen.
+            constants += [p, p.key, None] if isinstance(p, PointerParam) else [p]
+        namespace: dict[str, Any] = {}
+        exec(compile(self.source, f"<launch {name}>", "exec"), namespace)
+        self._pool: list[ParamBuffer] = []
+        self._torch_bound = False
+        self._is_closed = False
+        self._function = binding.function(handle)
+        miss = (_Miss, _Miss, _Miss, _Miss, None, 0, None)  # matches no launch
+        functions = namespace["build"](
+            True, self._function, self._pool, layout.new_buffer, layout.struct.pack_into,
+            self._launch_kernel, binding.launch_kernel_ex, binding.config, self._relaunch, self._closed,
+            ordered, check_geometry, stream_handle, binding.streams, Stream, DeviceArray, _Miss,
+            self._slow_pointer, scalar_value, miss, *constants,
+        )  # fmt: skip
+        self.launch, self.pack, self._prepare, self._close, self._bind_torch = functions
+        if "torch" in sys.modules:
+            self._use_torch()
+
+    def prepare(
+        self,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_mem: int,
+        stream: Any,
+    ) -> PreparedLaunch:
+        """A launch with checked geometry and a resolved stream; see :class:`PreparedLaunch`."""
+        live = stream if stream.__class__ is Stream else None
+        handle = live.handle if live is not None else stream_handle(stream)
+        prepared, raw = self._prepare(*grid, *block, shared_mem, handle, self.binding.streams[handle], live)
+        prepared.raw = raw
+        prepared.grid, prepared.block, prepared.shared_mem, prepared.stream = grid, block, shared_mem, stream
+        prepared.__name__ = prepared.__qualname__ = f"prepared_{self.name}"
+        prepared.__doc__ = PreparedLaunch.__doc__
+        return prepared
+
+    @property
+    def closed(self) -> bool:
+        return self._is_closed
+
+    def close(self) -> None:
+        self._is_closed = True
+        self._close()
+
+    def _closed(self) -> None:
+        raise ValueError(f"{self.name}: its module is closed")
+
+    def _slow_pointer(self, param: PointerParam, value: Any, stream: int) -> int:
+        """The full check of a pointer argument (see :mod:`runtime.arrays`)."""
+        if not self._torch_bound and "torch" in sys.modules:
+            self._use_torch()  # torch was imported after this function was resolved
+        return pointer_value(param, value, stream)[0]
+
+    def _use_torch(self) -> None:
+        """Let the fast test recognise ``torch.Tensor`` (torch is imported by now)."""
+        torch = sys.modules["torch"]
+        pointers = [p for p in self.params if isinstance(p, PointerParam)]
+        dtypes = [getattr(torch, p.dtype.numpy_name, None) for p in pointers]
+        for p, dtype in zip(pointers, dtypes):
+            p.torch_dtype = dtype
+        self._torch_bound = True
+        if hasattr(torch.Tensor, "nbytes"):  # the fast test reads it (torch 2.1+); older: the full check
+            self._bind_torch(torch.Tensor, *dtypes)
+
+    def _relaunch(
+        self, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int, stream: Any, buf: ParamBuffer
+    ) -> None:
+        """The launch failed: make the device's context current and try once more."""
+        self._device._activate()
+        err = self._launch_kernel(self._function, gx, gy, gz, bx, by, bz, shared, stream, buf.params, 0)
+        if self.binding.returns_tuple:
+            err = err[0]
+        if err:
+            raise_error(f"cuLaunchKernel({self.name})", err)
+        self._pool.append(buf)

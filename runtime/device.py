@@ -27,6 +27,10 @@ def _after_fork_in_child() -> None:
     _instances_lock = threading.Lock()
     for device in _instances.values():
         device._state = "forked"
+        device._lock = threading.RLock()
+        for module in list(device._modules.values()):
+            module._after_fork()
+        device._modules.clear()
     _instances.clear()
 
 

@@ -36,7 +36,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from . import _driver
 from ._driver import _LIBCUDA, driver, raise_error
+from .errors import ForkedProcessError
 from .arrays import PointerParam, ScalarParam, pointer_value, scalar_value
 from .layout import ArgumentLayout, ParamBuffer
 from .memory import DeviceArray
@@ -566,6 +568,8 @@ class Launcher:
         self._close()
 
     def _closed(self) -> None:
+        if _driver.forked:
+            raise ForkedProcessError(_driver.FORKED_MESSAGE, "fork")
         raise ValueError(f"{self.name}: its module is closed")
 
     def _slow_pointer(self, param: PointerParam, value: Any, stream: int) -> int:

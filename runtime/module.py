@@ -133,6 +133,15 @@ class Module:
             self.device._activate()
             check("cuModuleUnload", driver().cuModuleUnload(handle))
 
+    def _after_fork(self) -> None:
+        """In a forked child: the handle is the parent's. Stop every launch of it (they
+        raise ForkedProcessError), unload nothing."""
+        self._lock = threading.Lock()  # another thread of the parent may have held it
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            for function in self._functions.values():
+                function._module_closed()
+
     def __enter__(self) -> Module:
         return self
 

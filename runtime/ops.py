@@ -214,20 +214,15 @@ class _Compiled:
                 self._prepared.clear()
             prepared = self._prepared[stream] = [_prepare(fn, step, stream) for fn, step in self.steps]
         for launch, (_fn, step) in zip(prepared, self.steps):
-            launch(tuple(bases[a.array] + a.byte_offset if a.__class__ is Ptr else a for a in step.args))
+            launch(*[bases[a.array] + a.byte_offset if a.__class__ is Ptr else a for a in step.args])
 
 
 def _prepare(fn: Any, step: Any, stream: int) -> Any:
-    """A callable taking a step's argument tuple: ``fn.prepare`` where the runtime has
-    prepared launches, else ``fn.launch`` with the step's geometry. Streams go as raw
-    handles, so a stream object closed since cannot be launched on by mistake."""
-    if hasattr(fn, "prepare"):
-        extra = {"shared_mem": step.shared_mem} if step.shared_mem else {}
-        prepared = fn.prepare(step.grid, step.block, stream=stream, **extra)
-        return lambda args: prepared(*args)
-    grid, block, shared = step.grid, step.block, step.shared_mem
-    on = stream or None  # None: the launcher's ready-made default-stream handle
-    return lambda args: fn.launch(grid, block, args, stream=on, shared_mem=shared)
+    """The step's launch on the stream handle ``stream``, geometry checked once. The op has
+    checked every array and computed every address and scalar itself, so the launch takes
+    them as trusted ints (``PreparedLaunch.raw``). Streams go as raw handles, so a stream
+    object closed since cannot be launched on by mistake."""
+    return fn.prepare(step.grid, step.block, stream=stream, shared_mem=step.shared_mem).raw
 
 
 _plans: weakref.WeakKeyDictionary[Device, dict[tuple[Any, ...], _Compiled]] = weakref.WeakKeyDictionary()

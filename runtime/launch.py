@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from . import _driver
 from ._driver import _LIBCUDA, driver, raise_error
-from .errors import ForkedProcessError
 from .arrays import PointerParam, ScalarParam, pointer_value, scalar_value
+from .errors import ForkedProcessError
 from .layout import ArgumentLayout, ParamBuffer
 from .memory import DeviceArray
 from .stream import Stream, stream_handle

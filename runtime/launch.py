@@ -36,6 +36,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ptxgen.footprint import Footprint, FootprintError
+
 from . import _driver
 from ._driver import _LIBCUDA, driver, raise_error
 from .arrays import PointerParam, ScalarParam, pointer_value, scalar_value
@@ -249,21 +251,58 @@ class _Miss:
     first entry."""
 
 
-def _pointer_check(p: PointerParam, indent: str) -> list[str]:
+def _pointer_check(p: PointerParam, indent: str, extents: bool) -> list[str]:
+    """The fast test of one pointer argument: ``v<i>`` its address and, where the kernel
+    declares footprints (``extents``), ``e<i>`` the bytes from it to the end of the array
+    (None for an int address, which is trusted)."""
     i, mask = p.index, p.itemsize - 1
-    aligned = [f"{indent}    if v{i} & {mask}:", f"{indent}        v{i} = SLOW_POINTER(P{i}, a{i}, s)"]
+
+    def also(extent: str) -> list[str]:
+        return [f"{indent}    e{i} = {extent}"] if extents else []
+
+    slow = (
+        f"v{i}, e{i} = SLOW_POINTER(P{i}, a{i}, s)" if extents else f"v{i} = SLOW_POINTER(P{i}, a{i}, s)[0]"
+    )
+    aligned = [f"{indent}    if v{i} & {mask}:", f"{indent}        {slow}"]
     return [
         f"{indent}c = a{i}.__class__",
         f"{indent}if c is DeviceArray and a{i}.launch_key is K{i}:",
         f"{indent}    v{i} = a{i}.address",
+        *also(f"a{i}.nbytes"),
         f"{indent}elif c is int and 0 <= a{i} <= {_MAX_ADDRESS}:",
         f"{indent}    v{i} = a{i}",
+        *also("None"),
         f"{indent}elif (c is TENSOR and a{i}.dtype is TD{i} and a{i}.is_cuda",
         f"{indent}        and a{i}.get_device() == {p.ordinal} and a{i}.is_contiguous() and a{i}.nbytes):",
         f"{indent}    v{i} = a{i}.data_ptr()",
+        *also(f"a{i}.nbytes"),
         *(aligned if mask else []),
         f"{indent}else:",
-        f"{indent}    v{i} = SLOW_POINTER(P{i}, a{i}, s)",
+        f"{indent}    {slow}",
+    ]
+
+
+def _footprint_check(params: Sequence[PointerParam | ScalarParam], indent: str, geometry: str) -> list[str]:
+    """After every argument passed its own test: what this launch touches through each
+    pointer (from the kernel's ``footprints``, cached per grid, block and scalars) against
+    each array's extent and address. ``need`` holds, per pointer, bytes needed and an
+    alignment mask."""
+    pointers = [p for p in params if isinstance(p, PointerParam)]
+    scalars = [f"a{p.index}" for p in params if isinstance(p, ScalarParam)]
+    key = ", ".join([geometry, *scalars])
+    unpacked = ", ".join(f"n{p.index}, m{p.index}" for p in pointers)
+    fails = " or ".join(
+        f"(e{p.index} is not None and e{p.index} < n{p.index}) or v{p.index} & m{p.index}" for p in pointers
+    )
+    given = ", ".join(f"v{p.index}, e{p.index}" for p in pointers)
+    return [
+        f"{indent}key = ({key})",
+        f"{indent}need = FOOTPRINTS.get(key)",
+        f"{indent}if need is None:",
+        f"{indent}    need = FOOTPRINT(key)",
+        f"{indent}{unpacked}{',' if len(pointers) == 1 else ''} = need",
+        f"{indent}if {fails}:",
+        f"{indent}    FOOTPRINT_FAIL(need, ({given}{',' if len(pointers) == 1 else ''}))",
     ]
 
 
@@ -278,8 +317,10 @@ def _scalar_checks(group: list[ScalarParam], indent: str) -> list[str]:
     ]
 
 
-def _checks(params: Sequence[PointerParam | ScalarParam], indent: str) -> list[str]:
-    """One fast test per argument, in parameter order, from its declared type."""
+def _checks(params: Sequence[PointerParam | ScalarParam], indent: str, footprints: str = "") -> list[str]:
+    """One fast test per argument, in parameter order, from its declared type; then, for
+    a kernel that declares footprints, the check of what the launch touches (``footprints``:
+    the expression of the six grid and block ints)."""
     lines: list[str] = []
     group: list[ScalarParam] = []
     for p in params:
@@ -289,9 +330,11 @@ def _checks(params: Sequence[PointerParam | ScalarParam], indent: str) -> list[s
         if group:
             lines += _scalar_checks(group, indent)
             group = []
-        lines += _pointer_check(p, indent)
+        lines += _pointer_check(p, indent, bool(footprints))
     if group:
         lines += _scalar_checks(group, indent)
+    if footprints and any(isinstance(p, PointerParam) for p in params):
+        lines += _footprint_check(params, indent, footprints)
     return lines
 
 
@@ -411,7 +454,8 @@ def _geometry(block: tuple[int, int, int] | None, device: Device, max_threads: i
 
 _HELPERS = (
     "OPEN, FN, POOL, NEW_BUFFER, PACK, LAUNCH, LAUNCH_EX, CONFIG, RELAUNCH, CLOSED, ORDERED, GEOMETRY,"
-    " STREAM_HANDLE, STREAMS, Stream, DeviceArray, TENSOR, SLOW_POINTER, SCALAR, LAST"
+    " STREAM_HANDLE, STREAMS, Stream, DeviceArray, TENSOR, SLOW_POINTER, SCALAR, LAST,"
+    " FOOTPRINTS, FOOTPRINT, FOOTPRINT_FAIL"
 )
 
 
@@ -422,6 +466,7 @@ def _source(
     max_threads: int,
     returns_tuple: bool,
     ex: bool,
+    footprints: bool = False,
 ) -> str:
     """The Python source of ``build(...)``, which returns the launch functions.
 
@@ -446,7 +491,10 @@ def _source(
         "            CLOSED()",
         *_unpack(n, "        "),
         *_geometry(block, device, max_threads, ex),
-        *_checks(params, "        "),
+        # grid and block as the geometry check left them, in every branch
+        *_checks(
+            params, "        ", "rest[0], rest[1], rest[2], rest[3], rest[4], rest[5]" if footprints else ""
+        ),
         *_call(checked, returns_tuple, "cfg" if ex else None, "        "),
         "",
         "    def pack(args, stream=0):",
@@ -463,7 +511,7 @@ def _source(
         "                CLOSED()",
         "            if stream is not None:",
         "                stream.handle  # raises once the Stream is closed",
-        *_checks(params, "            "),
+        *_checks(params, "            ", "gx, gy, gz, bx, by, bz" if footprints else ""),
         *_call(checked, returns_tuple, "CFG" if ex else None, "            "),
         "",
         f"        def raw({names}):",
@@ -507,6 +555,7 @@ class Launcher:
         check_geometry: Callable[[Any, Any, Any], tuple[tuple[int, int, int], tuple[int, int, int], int]],
         ordered: Callable[[Any], Sequence[Any]],
         binding: Binding,
+        footprints: Callable[..., Sequence[Footprint]] | None = None,
     ) -> None:
         self.name = name
         self.layout = layout
@@ -520,7 +569,17 @@ class Launcher:
             for i, slot in enumerate(layout.slots)
         )
         ex = binding.launch_kernel_ex is not None
-        self.source = _source(self.params, block, device, max_threads_per_block, binding.returns_tuple, ex)
+        self._footprints = footprints
+        self._footprint_cache: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self.source = _source(
+            self.params,
+            block,
+            device,
+            max_threads_per_block,
+            binding.returns_tuple,
+            ex,
+            footprints is not None,
+        )
         constants: list[Any] = []
         for p in self.params:
             # A tensor class and dtypes no value can have, until torch is seen.
@@ -536,7 +595,8 @@ class Launcher:
             True, self._function, self._pool, layout.new_buffer, layout.struct.pack_into,
             self._launch_kernel, binding.launch_kernel_ex, binding.config, self._relaunch, self._closed,
             ordered, check_geometry, stream_handle, binding.streams, Stream, DeviceArray, _Miss,
-            self._slow_pointer, scalar_value, miss, *constants,
+            self._slow_pointer, scalar_value, miss, self._footprint_cache, self._footprint,
+            self._footprint_fail, *constants,
         )  # fmt: skip
         self.launch, self.pack, self._prepare, self._close, self._bind_torch = functions
         if "torch" in sys.modules:
@@ -572,11 +632,52 @@ class Launcher:
             raise ForkedProcessError(_driver.FORKED_MESSAGE, "fork")
         raise ValueError(f"{self.name}: its module is closed")
 
-    def _slow_pointer(self, param: PointerParam, value: Any, stream: int) -> int:
-        """The full check of a pointer argument (see :mod:`runtime.arrays`)."""
+    def _slow_pointer(self, param: PointerParam, value: Any, stream: int) -> tuple[int, int | None]:
+        """The full check of a pointer argument (see :mod:`runtime.arrays`): address and extent."""
         if not self._torch_bound and "torch" in sys.modules:
             self._use_torch()  # torch was imported after this function was resolved
-        return pointer_value(param, value, stream)[0]
+        return pointer_value(param, value, stream)
+
+    _FOOTPRINT_CACHE = 512  # (grid, block, scalars) entries kept per function
+
+    def _footprint(self, key: tuple[int, ...]) -> tuple[int, ...]:
+        """Per pointer parameter, bytes a launch with ``key`` (grid, block, scalars) touches
+        and the alignment mask its address must clear; raises (naming the scalars) for a
+        launch the kernel cannot make safely."""
+        assert self._footprints is not None
+        scalars = {p.name: v for p, v in zip((q for q in self.params if isinstance(q, ScalarParam)), key[6:])}
+        try:
+            declared = {f.arg: f for f in self._footprints(key[:3], key[3:6], scalars)}
+        except FootprintError as err:
+            raise ValueError(f"{self.name}: {err}; nothing was launched") from None
+        need: list[int] = []
+        for p in self.params:
+            if isinstance(p, PointerParam):
+                f = declared.get(p.name)
+                need += [f.nbytes, f.align - 1] if f is not None and f.nbytes else [0, 0]
+        if len(self._footprint_cache) >= self._FOOTPRINT_CACHE:
+            self._footprint_cache.clear()
+        self._footprint_cache[key] = result = tuple(need)
+        return result
+
+    def _footprint_fail(self, need: tuple[int, ...], given: tuple[Any, ...]) -> None:
+        """Raise the error that names the argument, what the launch needs and what was given."""
+        pointers = [p for p in self.params if isinstance(p, PointerParam)]
+        for n, p in enumerate(pointers):
+            nbytes, mask = need[2 * n], need[2 * n + 1]
+            address, extent = given[2 * n], given[2 * n + 1]
+            touches = "writes" if p.type.writes else "reads"
+            if extent is not None and extent < nbytes:
+                raise ValueError(
+                    f"{p.label}: this launch {touches} {nbytes // p.itemsize} elements ({nbytes} bytes) "
+                    f"from it, but the array holds {extent // p.itemsize} ({extent} bytes); "
+                    "nothing was launched"
+                )
+            if address & mask:
+                raise ValueError(
+                    f"{p.label}: this launch needs the address aligned to {mask + 1} bytes, "
+                    f"got {address:#x}; nothing was launched"
+                )
 
     def _use_torch(self) -> None:
         """Let the fast test recognise ``torch.Tensor`` (torch is imported by now)."""

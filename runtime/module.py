@@ -233,10 +233,20 @@ class Function:
             check_geometry=self._check_geometry,
             ordered=self._ordered,
             binding=launch_binding,
+            footprints=self._declared_footprints(),
         )
         if self.module.closed:
             launcher.close()
         return launcher
+
+    def _declared_footprints(self) -> Any:
+        """The kernel's ``footprints`` method when this is its entry point and it declares
+        one; launches then refuse arrays that do not cover what they touch. Kernels without
+        one launch with their pointers trusted (docs/reliability.md)."""
+        kernel = self.module.kernel
+        if self.name != kernel.entry_point_name or tuple(self.arg_names) != tuple(kernel.arg_names):
+            return None
+        return getattr(kernel, "footprints", None)
 
     def _build_launcher(self, launch_binding: Binding) -> None:
         """Generate this function's launch path (see :mod:`runtime.launch`)."""

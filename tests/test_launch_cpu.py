@@ -195,7 +195,7 @@ def test_prepared_launch_checks_arguments_and_fixes_the_rest():
     fn = function_for(K, binding)
     prepared = fn.prepare(12, K.block, stream=5, shared_mem=64)
     assert (prepared.grid, prepared.block, prepared.shared_mem) == ((12, 1, 1), (128, 1, 1), 64)
-    prepared(CudaArrayLike(ptr=0x1000), 0x2000, 16, 32, 8)
+    prepared(CudaArrayLike(ptr=0x1000, shape=(12, 32)), 0x2000, 16, 32, 8)  # covers the 12 rows read
     prepared.raw(0x3000, 0x4000, 1, 2, 3)
     assert [c.args[:9] for c in binding.calls] == [(0xF00D, 12, 1, 1, 128, 1, 1, 64, 5)] * 2
     assert binding.calls[0].slots[:2] == [(0x1000).to_bytes(8, "little"), (0x2000).to_bytes(8, "little")]
@@ -266,7 +266,7 @@ def test_a_failed_launch_activates_the_context_and_retries_once():
     fn = function_for(K, binding)
     activated = []
     fn.device._activate = lambda: activated.append(1)
-    fn.launch(1, 128, (0x10, 0x20, 1, 2, 3))
+    fn.launch(1, 128, (0x10, 0x20, 1, 4, 3))
     assert activated == [1] and len(binding.calls) == 2
     assert binding.calls[0].slots == binding.calls[1].slots  # the same values, packed once
 
@@ -276,7 +276,7 @@ def test_a_launch_that_fails_twice_raises():
     fn = function_for(K, binding)
     fn.device._activate = lambda: None
     with pytest.raises(CudaError):  # CudaUnavailable where no driver can name the error
-        fn.launch(1, 128, (0x10, 0x20, 1, 2, 3))
+        fn.launch(1, 128, (0x10, 0x20, 1, 4, 3))
     assert len(binding.calls) == 2
 
 
@@ -334,9 +334,9 @@ def test_a_repeated_launch_reuses_a_prebuilt_config():
     fn = function_for(K, binding)
     grid, block = (6, 1, 1), (128, 1, 1)
     for i in range(4):
-        fn.launch(grid, block, (0x100, 0x200, i, 2, 3), stream=77)
-    fn.launch(tuple([6, 1, 1]), block, (0x100, 0x200, 9, 2, 3), stream=77)  # a new grid tuple
-    fn.launch(grid, block, (0x100, 0x200, 9, 2, 3), stream=78)  # another stream
+        fn.launch(grid, block, (0x100, 0x200, i, 12, 3), stream=77)
+    fn.launch(tuple([6, 1, 1]), block, (0x100, 0x200, 9, 12, 3), stream=77)  # a new grid tuple
+    fn.launch(grid, block, (0x100, 0x200, 9, 12, 3), stream=78)  # another stream
     vias = [c.via for c in binding.calls]
     assert (
         vias
@@ -348,7 +348,7 @@ def test_a_repeated_launch_reuses_a_prebuilt_config():
     ]
     assert [c.slots[2] for c in binding.calls[:4]] == [i.to_bytes(4, "little") for i in range(4)]
     prepared = fn.prepare(grid, block, stream=5, shared_mem=16)
-    prepared(0x100, 0x200, 1, 2, 3)
+    prepared(0x100, 0x200, 1, 4, 3)
     prepared.raw(0x100, 0x200, 1, 2, 3)
     assert [(c.via, c.args[:9]) for c in binding.calls[-2:]] == [
         ("cuLaunchKernelEx", (0xF00D, 6, 1, 1, 128, 1, 1, 16, 5))
@@ -377,13 +377,13 @@ def test_a_failed_ex_launch_is_retried_plainly():
     fn = function_for(K, binding)
     fn.device._activate = lambda: None
     prepared = fn.prepare(2, 128)
-    prepared(0x10, 0x20, 1, 2, 3)
+    prepared(0x10, 0x20, 1, 4, 3)
     assert [c.via for c in binding.calls] == ["cuLaunchKernelEx", "cuLaunchKernel"]
     assert binding.calls[0].args == binding.calls[1].args and binding.calls[0].slots == binding.calls[1].slots
     binding.calls.clear()
     grid, block = (3, 1, 1), (128, 1, 1)
     for _ in range(3):
-        fn.launch(grid, block, (0x10, 0x20, 1, 2, 3), stream=9)
+        fn.launch(grid, block, (0x10, 0x20, 1, 4, 3), stream=9)
     assert [c.via for c in binding.calls] == ["cuLaunchKernel", *["cuLaunchKernelEx", "cuLaunchKernel"] * 2]
     assert {c.args for c in binding.calls} == {
         (0xF00D, 3, 1, 1, 128, 1, 1, 0, 9, binding.calls[0].args[9], 0)

@@ -85,7 +85,7 @@ def function_for(kernel, binding=None) -> Function:
     fn.arg_types, fn.arg_names = tuple(kernel.arg_types), tuple(kernel.arg_names)
     fn.layout = ArgumentLayout(fn.arg_names, fn.arg_types)
     fn._handle = 0xF00D
-    fn.module = SimpleNamespace(closed=False)
+    fn.module = SimpleNamespace(closed=False, kernel=kernel)
     fn._build_launcher(binding if binding is not None else RecordingBinding(fn.layout))
     return fn
 

@@ -1,0 +1,101 @@
+"""A checked launch refuses, before the driver is called, any array that does not cover
+what the launch touches (the kernel's footprints), naming the argument, the need and
+what was given; int addresses are trusted for extent, and kernels without footprints
+launch as before."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from conftest import hand_written_kernel
+from launch_util import RecordingBinding
+from test_runtime_cpu import CudaArrayLike, function_for
+
+import ptxgen
+from runtime.layout import ArgumentLayout
+
+K = ptxgen.ChannelCatBackward("f32", 128)
+F = ptxgen.ChannelCatForward("u8", 64)
+
+
+def recording(kernel):
+    binding = RecordingBinding(ArgumentLayout(kernel.arg_names, kernel.arg_types))
+    return function_for(kernel, binding), binding
+
+
+def test_arrays_that_cover_the_launch_pass():
+    fn, binding = recording(K)
+    # 8 rows of 32 channels; the chunk is channels 16..31
+    fn.launch(
+        K.grid(8, 16),
+        K.block,
+        (CudaArrayLike(shape=(8, 32)), CudaArrayLike(shape=(8, 16), ptr=0x9000), 16, 32, 16),
+    )
+    assert len(binding.calls) == 1
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        # dx half the size the launch writes (the probe's finding)
+        ((CudaArrayLike(shape=(8, 32)), CudaArrayLike(shape=(4, 16), ptr=0x9000), 16, 32, 16),
+         "argument 'dx' (*mut f32): this launch writes 128 elements (512 bytes) from it, but the array holds 64 (256 bytes)"),
+        # dy with half the rows
+        ((CudaArrayLike(shape=(4, 32)), CudaArrayLike(shape=(8, 16), ptr=0x9000), 16, 32, 16),
+         "argument 'dy' (*mut f32): this launch reads 256 elements (1024 bytes) from it, but the array holds 128 (512 bytes)"),
+        # the chunk spills into the next row
+        ((CudaArrayLike(shape=(8, 32)), CudaArrayLike(shape=(8, 16), ptr=0x9000), 16, 32, 17),
+         "chunk_offset + chunk_c = 17 + 16 = 33 exceeds c_total = 32"),
+    ],
+)  # fmt: skip
+def test_arrays_short_of_the_footprint_are_refused_before_launching(args, message):
+    fn, binding = recording(K)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        fn.launch(K.grid(8, 16), K.block, args)
+    assert binding.calls == []
+    prepared = fn.prepare(K.grid(8, 16), K.block)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        prepared(*args)
+    assert binding.calls == []
+
+
+def test_the_footprint_follows_the_grid_not_the_arrays():
+    fn, binding = recording(F)
+    x, y = CudaArrayLike("|u1", shape=(3, 100)), CudaArrayLike("|u1", shape=(3, 300), ptr=0x9000)
+    fn.launch(F.grid(3, 100), F.block, (x, y, 100, 300, 200))
+    x4 = CudaArrayLike("|u1", shape=(4, 100))
+    with pytest.raises(
+        ValueError, match=re.escape("argument 'y' (*mut u8): this launch writes 1200 elements")
+    ):
+        fn.launch(F.grid(4, 100), F.block, (x4, y, 100, 300, 200))
+    assert len(binding.calls) == 1
+
+
+def test_int_addresses_are_trusted_for_extent_but_not_alignment():
+    fn, binding = recording(K)
+    fn.launch(K.grid(8, 16), K.block, (0x1000, 0x2000, 16, 32, 16))  # nothing to compare an int with
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "argument 'dx' (*mut f32): this launch needs the address aligned to 4 bytes, got 0x2001"
+        ),
+    ):
+        fn.launch(K.grid(8, 16), K.block, (0x1000, 0x2001, 16, 32, 16))
+    assert len(binding.calls) == 1
+
+
+def test_an_empty_launch_needs_no_memory():
+    fn, binding = recording(K)
+    # no rows: the grid the contract gives is (0, 1, 1), which the driver refuses, but a
+    # grid of one CTA over a zero-width chunk touches nothing
+    fn.launch((1, 1, 1), K.block, (0x1000, 0x2000, 0, 32, 0))
+    assert len(binding.calls) == 1
+
+
+def test_kernels_without_footprints_launch_as_before():
+    fill = hand_written_kernel()
+    fn, binding = recording(fill)
+    fn.launch((1, 1, 1), fill.block, (CudaArrayLike("<u4", shape=(1,)), 1000, 7))  # trusted: no footprint
+    assert len(binding.calls) == 1
+    assert "FOOTPRINT(key)" not in fn.launcher.source and "FOOTPRINT(key)" in function_for(K).launcher.source

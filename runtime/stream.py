@@ -11,15 +11,42 @@ from ._driver import check, driver
 if TYPE_CHECKING:
     from .device import Device
 
-__all__ = ["Event", "Stream", "stream_handle"]
+__all__ = ["Event", "Stream", "stream_handle", "trust_stream_handle"]
+
+
+# Stream handles a launch may use. A CUstream is a pointer the driver dereferences: an
+# arbitrary int (``stream=12345``) would crash the process inside cuLaunchKernel, so a
+# plain int is accepted only if it names a stream the runtime has seen: the default
+# streams, one it created, one a library object handed over (torch, CuPy, anything with
+# ``__cuda_stream__``), or one a caller vouched for with ``Stream.from_handle`` or
+# :func:`trust_stream_handle`.
+_DEFAULT_STREAMS = (0, 1, 2)  # the legacy default stream, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD
+_known_streams: set[int] = set(_DEFAULT_STREAMS)
+
+
+def trust_stream_handle(handle: int) -> int:
+    """Vouch for ``handle`` (a ``CUstream`` made elsewhere): later launches accept it as an
+    int. The stream must outlive every launch on it; nothing can check that."""
+    if isinstance(handle, bool) or not isinstance(handle, int):
+        raise TypeError(f"a stream handle is an int, not {type(handle).__name__} {handle!r}")
+    if not 0 <= handle < 1 << 64:
+        raise ValueError(f"stream handle {handle} is not a 64-bit address")
+    _known_streams.add(handle)
+    return handle
+
+
+def _forget_stream_handle(handle: int) -> None:
+    if handle not in _DEFAULT_STREAMS:
+        _known_streams.discard(handle)
 
 
 def stream_handle(stream: Any) -> int:
     """The raw ``CUstream`` of anything that names a stream; ``None`` is the default stream.
 
-    Accepts :class:`Stream`, an int handle, an object with ``__cuda_stream__`` (the
-    CUDA stream protocol), one with ``cuda_stream`` (``torch.cuda.Stream``,
-    ``cupy.cuda.Stream.ptr`` is passed as int), or a cuda-bindings ``CUstream``.
+    Accepts :class:`Stream`, an object with ``__cuda_stream__`` (the CUDA stream
+    protocol), one with ``cuda_stream`` (``torch.cuda.Stream``), a cuda-bindings
+    ``CUstream``, or an int handle the runtime knows (0, 1 and 2, and handles of streams
+    seen through the above or vouched for with :func:`trust_stream_handle`).
     """
     if stream is None:
         return 0
@@ -28,19 +55,26 @@ def stream_handle(stream: Any) -> int:
     if isinstance(stream, bool):
         raise TypeError("stream must be a Stream, an int handle or None, not a bool")
     if isinstance(stream, int):
+        if stream in _known_streams:
+            return stream
         if stream < 0:
             raise ValueError(f"stream handle {stream} is negative")
-        return stream
+        raise ValueError(
+            f"stream handle {stream:#x} is not a stream this runtime knows, and launching on it "
+            "could crash the process: pass a runtime.Stream, a torch or CuPy stream object, or "
+            "vouch for the handle with runtime.Stream.from_handle(handle) (0, 1 and 2 are the "
+            "default streams)"
+        )
     protocol = getattr(stream, "__cuda_stream__", None)
     if callable(protocol):
         _version, handle = protocol()
-        return int(handle)
+        return trust_stream_handle(int(handle))
     handle = getattr(stream, "cuda_stream", None)
     if isinstance(handle, int):
-        return handle
+        return trust_stream_handle(handle)
     bindings = sys.modules.get("cuda.bindings.driver")  # a CUstream implies it is imported
     if bindings is not None and isinstance(stream, bindings.CUstream):
-        return int(stream)
+        return trust_stream_handle(int(stream))
     raise TypeError(
         f"expected a runtime.Stream, an int stream handle, an object with __cuda_stream__ or "
         f"cuda_stream, or None; got {type(stream).__name__}"
@@ -70,7 +104,7 @@ class Stream:
             else drv.CUstream_flags.CU_STREAM_DEFAULT
         )
         self._handle = check("cuStreamCreate", drv.cuStreamCreate(int(flags)))
-        self.handle = int(self._handle)
+        self.handle = trust_stream_handle(int(self._handle))
         self.owned = True
         self._finalizer = weakref.finalize(self, _destroy_stream, self.device, self._handle)
         self.device._track(self)
@@ -82,7 +116,8 @@ class Stream:
 
         self = cls.__new__(cls)
         self.device = device if device is not None else Device(0)
-        self.handle = stream_handle(handle)
+        # The caller vouches for a plain int: this is how a foreign handle becomes launchable.
+        self.handle = trust_stream_handle(handle) if isinstance(handle, int) else stream_handle(handle)
         self._handle = driver().CUstream(self.handle)
         self.owned = False
         self._finalizer = None
@@ -109,9 +144,11 @@ class Stream:
 
     def close(self) -> None:
         """Destroy the stream if this object created it; idempotent."""
-        self.__dict__.pop("handle", None)  # first: no launch may pick up the handle once it is gone
+        handle = self.__dict__.pop("handle", None)  # first: no launch may pick up the handle once gone
         if self._finalizer is not None:
             self._finalizer()
+            if handle is not None:
+                _forget_stream_handle(handle)  # destroyed: the int no longer names a stream
 
     def __enter__(self) -> Stream:
         return self

@@ -245,11 +245,20 @@ def test_contiguity():
 
 
 def test_stream_handles():
-    from runtime.stream import stream_handle
+    from runtime.stream import stream_handle, trust_stream_handle
 
-    assert stream_handle(None) == 0 and stream_handle(5) == 5
-    assert stream_handle(SimpleNamespace(cuda_stream=7)) == 7
-    assert stream_handle(SimpleNamespace(__cuda_stream__=lambda: (0, 9))) == 9
+    assert stream_handle(None) == 0 and stream_handle(1) == 1 and stream_handle(2) == 2
+    assert stream_handle(SimpleNamespace(cuda_stream=0x7A0)) == 0x7A0
+    assert stream_handle(0x7A0) == 0x7A0  # seen through a library's stream object: known now
+    assert stream_handle(SimpleNamespace(__cuda_stream__=lambda: (0, 0x9B0))) == 0x9B0
+    # An int nothing vouched for could crash the process inside cuLaunchKernel: refused.
+    with pytest.raises(ValueError, match="stream handle 0x3039 is not a stream this runtime knows"):
+        stream_handle(12345)
+    assert stream_handle(trust_stream_handle(12345)) == 12345
+    with pytest.raises(ValueError, match="is negative"):
+        stream_handle(-1)
+    with pytest.raises(ValueError, match="not a 64-bit address"):
+        trust_stream_handle(1 << 64)
     with pytest.raises(TypeError, match="not a bool"):
         stream_handle(True)
     with pytest.raises(TypeError, match=r"expected a runtime\.Stream"):

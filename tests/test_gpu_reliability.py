@@ -14,6 +14,7 @@ import time
 import numpy as np
 import pytest
 from conftest import ROOT
+from gpu_util import poison_value, random_bits
 
 import ptxgen
 import runtime
@@ -133,3 +134,204 @@ def test_a_forked_child_gets_a_clear_error(dev):
     assert "forked" in result["reason"] or "fork of one" in result["reason"]
     # the parent is untouched
     np.testing.assert_array_equal(dx.to_numpy(), dy.to_numpy()[:, :8])
+
+
+# --- fuzzing: nothing a caller passes from Python crashes the process ----------------
+
+FUZZ = f"""
+import json, sys
+sys.path.insert(0, {str(ROOT)!r})
+import numpy as np
+from hypothesis import HealthCheck, given, settings, strategies as st
+import ptxgen, runtime
+
+dev = runtime.Device(0)
+k = ptxgen.ChannelCatBackward("f32", 128)
+fn = dev.load(k).function
+dy, dx = dev.empty((4, 16), "f32"), dev.empty((4, 8), "f32")
+
+
+class Odd:
+    def __init__(self, cai):
+        self.__cuda_array_interface__ = cai
+
+
+weird = st.one_of(
+    st.none(), st.booleans(), st.floats(allow_nan=True), st.text(max_size=4), st.binary(max_size=4),
+    st.integers(-(1 << 70), 1 << 70), st.lists(st.integers(), max_size=4), st.tuples(st.integers(), st.integers()),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.builds(Odd, st.fixed_dictionaries({{"shape": st.lists(st.integers(-3, 5), max_size=3),
+        "typestr": st.sampled_from(["<f4", "<f2", "|u1", "<V2", ">f4", "x"]),
+        "data": st.tuples(st.integers(0, 1 << 20), st.booleans()), "version": st.integers(0, 4),
+        "strides": st.none() | st.lists(st.integers(-8, 8), max_size=3)}})),
+)
+seen = {{"cases": 0, "refused": 0}}
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
+@given(slot=st.integers(0, 7), value=weird)
+def fuzz(slot, value):
+    grid, block, args, stream = k.grid(4, 8), k.block, [dy, dx, 8, 16, 0], None
+    if slot < 5:
+        if slot < 2 and isinstance(value, int):
+            return  # int addresses are trusted (documented): a random one faults the GPU, not the host
+        args[slot] = value
+    elif slot == 5:
+        grid = value
+    elif slot == 6:
+        block = value
+    else:
+        stream = value
+    seen["cases"] += 1
+    try:
+        fn.launch(grid, block, tuple(args), stream=stream)
+    except (TypeError, ValueError, OverflowError, BufferError) as err:
+        assert str(err), "an error must say what is wrong"
+        seen["refused"] += 1
+    prepared = fn.prepare(k.grid(4, 8), k.block)
+    try:
+        prepared(*args)
+    except (TypeError, ValueError, OverflowError, BufferError):
+        pass
+
+
+fuzz()
+dev.synchronize()
+print(json.dumps(seen))
+"""
+
+
+def test_fuzzed_arguments_never_crash_the_process():
+    run = subprocess.run([sys.executable, "-c", FUZZ], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, f"exit {run.returncode}: {run.stderr[-3000:]}"
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    assert seen["cases"] > 1000 and seen["refused"] > 500, seen
+
+
+# --- threads ---------------------------------------------------------------------------
+
+
+def test_sixteen_threads_launch_and_run_ops_concurrently(dev):
+    import threading
+
+    rng = np.random.default_rng()
+    dtypes = ["f32", "u8", "bf16", "f64"]
+    shared = runtime.Stream(dev)
+    errors: list[str] = []
+    counts = [0] * 16
+
+    def worker(t: int) -> None:
+        try:
+            dtype = dtypes[t % 4]
+            stream = shared if t % 2 else runtime.Stream(dev)
+            bits = random_bits(rng, (33, 48), dtype)
+            dy = dev.to_device(bits, dtype=dtype)
+            k = ptxgen.ChannelCatBackward(dtype, 64 if t % 3 else 128)
+            fn = dev.load(k).function
+            dx = dev.empty((33, 17), dtype)
+            for i in range(2000):
+                if i % 2:
+                    fn.launch(k.grid(33, 17), k.block, (dy, dx, 17, 48, 5), stream=stream)
+                else:
+                    a, b = runtime.channel_cat_backward(dy, [20, 28], 1, stream=stream)
+                    if i % 500 == 0:
+                        stream.synchronize()
+                        assert np.array_equal(a.to_numpy(bits=True), bits[:, :20])
+                        assert np.array_equal(b.to_numpy(bits=True), bits[:, 20:])
+                counts[t] += 1
+            stream.synchronize()
+            assert np.array_equal(dx.to_numpy(bits=True), bits[:, 5:22])
+        except Exception as err:  # reported by the main thread
+            errors.append(f"thread {t}: {type(err).__name__}: {err}")
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(16)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=300)
+    assert not any(th.is_alive() for th in threads), "a thread is stuck: deadlock"
+    assert not errors, errors[:3]
+    assert counts == [2000] * 16
+
+
+# --- leaks -------------------------------------------------------------------------------
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_load_unload_cycles_and_a_million_launches_leak_nothing(dev):
+    import gc
+
+    k = ptxgen.ChannelCatBackward("f32", 128)
+    other = ptxgen.ChannelCatForward("u16", 96)
+
+    def cycles(n: int) -> None:
+        for i in range(n):
+            module = dev.load(k if i % 2 else other)
+            _ = module.function
+            module.close()
+
+    cycles(200)  # warm-up: caches, the JIT's disk cache, allocator pools
+    gc.collect()
+    free_before, rss_before = dev.memory_info()[0], _rss_bytes()
+    cycles(10_000)
+    gc.collect()
+    dev.synchronize()
+    free_after, rss_after = dev.memory_info()[0], _rss_bytes()
+    assert abs(free_after - free_before) <= 1 << 20, (free_before, free_after)
+    assert rss_after - rss_before <= 1 << 20, (rss_before, rss_after)
+
+    fn = dev.load(k).function
+    dy, dx = dev.empty((64, 32), "f32"), dev.empty((64, 16), "f32")
+    args, grid, block = (dy, dx, 16, 32, 8), k.grid(64, 16), k.block
+    stream = runtime.Stream(dev)
+    for _ in range(20_000):
+        fn.launch(grid, block, args, stream=stream)
+    stream.synchronize()
+    gc.collect()
+    free_before, rss_before = dev.memory_info()[0], _rss_bytes()
+    for i in range(1_000_000):
+        fn.launch(grid, block, args, stream=stream)
+        if i % 100_000 == 0:
+            stream.synchronize()  # keep the queue short
+    stream.synchronize()
+    gc.collect()
+    free_after, rss_after = dev.memory_info()[0], _rss_bytes()
+    assert abs(free_after - free_before) <= 1 << 20, (free_before, free_after)
+    assert rss_after - rss_before <= 1 << 20, (rss_before, rss_after)
+    print(f"leaks: rss {rss_before} -> {rss_after}, free {free_before} -> {free_after}")
+
+
+# --- two GPUs ---------------------------------------------------------------------------
+
+
+def _device_count() -> int:
+    return runtime.check("cuDeviceGetCount", runtime.driver().cuDeviceGetCount())
+
+
+def test_two_gpus_in_one_process(dev):
+    if _device_count() < 2:
+        pytest.skip("one GPU here: run on the nvidia-h200-x2 machine")
+    d0, d1 = runtime.Device(0), runtime.Device(1)
+    assert d0 is not d1 and d1.ordinal == 1
+    k = ptxgen.ChannelCatBackward("f32", 128)
+    f0, f1 = d0.load(k).function, d1.load(k).function
+    assert f0 is not f1 and f0.device is d0 and f1.device is d1  # the module cache is per device
+    rng = np.random.default_rng()
+    bits = random_bits(rng, (50, 40), "f32")
+    dy1 = d1.to_device(bits, dtype="f32")
+    dx1 = d1.empty((50, 24), "f32").fill_bytes(0xA5)
+    f1.launch(k.grid(50, 24), k.block, (dy1, dx1, 24, 40, 16))
+    assert np.array_equal(dx1.to_numpy(bits=True), bits[:, 16:])
+    # the high-level op runs where its arrays are
+    a, b = runtime.channel_cat_backward(dy1, [16, 24], 1)
+    assert a.device is d1 and np.array_equal(b.to_numpy(bits=True), bits[:, 16:])
+    dx0 = d0.empty((50, 24), "f32").fill_bytes(0x5A)
+    with pytest.raises(ValueError, match="lives on device 1, the kernel runs on device 0"):
+        f0.launch(k.grid(50, 24), k.block, (dy1, dx0, 24, 40, 16))
+    with pytest.raises(ValueError, match="different devices"):
+        runtime.channel_cat_backward(dy1, [16, 24], 1, out=[d0.empty((50, 16), "f32"), dx1])
+    assert (dx0.to_numpy(bits=True) == poison_value(0x5A, "f32")).all()

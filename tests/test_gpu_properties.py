@@ -5,6 +5,7 @@ outputs poisoned and fenced by guard canaries, every element checked against num
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -19,7 +20,8 @@ from hypothesis import strategies as st  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-CASES = 2000  # the issue asks for at least 2,000 random cases in one GPU call
+# The issue asks for at least 2,000 random cases in one GPU call; a quick look may ask for fewer.
+CASES = int(os.environ.get("PTXGEN_PROPERTY_CASES", "2000"))
 
 
 class View:

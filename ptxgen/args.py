@@ -148,9 +148,13 @@ def param_layout(
 
 
 def param_buffer_size(layout: tuple[ParamSlot, ...]) -> int:
-    """Bytes of the whole buffer: the end of the last slot, rounded up to the widest alignment."""
+    """Bytes of the whole buffer: the end of the last slot, with no padding after it.
+
+    That is the kernel's parameter size as the driver knows it (``cuFuncGetParamInfo``'s
+    last offset plus size), and ``CU_LAUNCH_PARAM_BUFFER_SIZE`` must say exactly that: on
+    an H200 (driver 580) a buffer rounded up to the widest alignment, as ``sizeof`` of
+    the C struct would be, was refused with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES.
+    """
     if not layout:
         return 0
-    end = layout[-1].offset + layout[-1].size
-    widest = max(s.align for s in layout)
-    return -(-end // widest) * widest
+    return layout[-1].offset + layout[-1].size

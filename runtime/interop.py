@@ -79,7 +79,7 @@ class ArrayInfo:
 
 def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...] | None, itemsize: int) -> bool:
     """Whether byte ``strides`` describe a dense row-major layout of ``shape``."""
-    if strides is None:
+    if strides is None or 0 in shape:  # an empty array is trivially compact, whatever its strides
         return True
     expected = itemsize
     for extent, stride in zip(reversed(shape), reversed(strides)):

@@ -13,6 +13,7 @@ from gpu_util import GUARD, first_mismatch, poison_value, random_bits
 
 import ptxgen
 import runtime
+from runtime.interop import KDL_CUDA, to_dlpack_capsule
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
@@ -25,14 +26,21 @@ CASES = int(os.environ.get("PTXGEN_PROPERTY_CASES", "2000"))
 
 
 class View:
-    """A contiguous view at ``ptr`` (inside a larger allocation) through CAI."""
+    """A contiguous view at ``ptr`` (inside a larger allocation): through
+    ``__cuda_array_interface__`` where it can spell the dtype, else through DLPack (bf16, fp8)."""
 
-    def __init__(self, ptr: int, shape: tuple[int, ...], dtype: str) -> None:
-        d = ptxgen.resolve_dtype(dtype)
-        typestr = d.typestr or f"|V{d.itemsize}"
-        self.__cuda_array_interface__ = {
-            "shape": shape, "typestr": typestr, "data": (ptr, False), "strides": None, "version": 3,
-        }  # fmt: skip
+    def __init__(self, ptr: int, shape: tuple[int, ...], dtype: str, ordinal: int = 0) -> None:
+        self.ptr, self.shape, self.dtype, self.ordinal = ptr, shape, ptxgen.resolve_dtype(dtype), ordinal
+        if self.dtype.typestr:
+            self.__cuda_array_interface__ = {
+                "shape": shape, "typestr": self.dtype.typestr, "data": (ptr, False), "strides": None, "version": 3,
+            }  # fmt: skip
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (KDL_CUDA, self.ordinal)
+
+    def __dlpack__(self, stream=None, **_):
+        return to_dlpack_capsule(self, self.ptr, self.shape, self.dtype, self.ordinal)
 
 
 @st.composite

@@ -257,6 +257,10 @@ def _generic(param: PointerParam, value: Any, stream: int) -> tuple[int, int | N
         info: ArrayInfo = describe(value, stream)
     except TypeError as err:
         raise TypeError(f"{label}: {err}") from None
+    except Exception as err:  # the exporter's own error (BufferError, a malformed interface dict)
+        raise TypeError(
+            f"{label}: the {type(value).__name__} could not describe its memory ({type(err).__name__}: {err})"
+        ) from None
     t = param.type
     if info.dtype is not t.dtype:
         raise TypeError(

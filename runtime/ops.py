@@ -71,6 +71,10 @@ def _recognise(op: str, what: str, value: Any, stream: int) -> _Array:
         info = describe(value, stream)
     except TypeError as err:
         raise TypeError(f"{op}: {what}: {err}") from None
+    except Exception as err:  # the exporter's own error (BufferError, a malformed interface dict)
+        raise TypeError(
+            f"{op}: {what}: the {type(value).__name__} could not describe its memory ({type(err).__name__}: {err})"
+        ) from None
     if info.dtype is None:
         raise TypeError(
             f"{op}: {what} has element type {info.dtype_text}, which is not one of {', '.join(DTYPES)}"

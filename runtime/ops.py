@@ -73,7 +73,8 @@ def _recognise(op: str, what: str, value: Any, stream: int) -> _Array:
         raise TypeError(f"{op}: {what}: {err}") from None
     except Exception as err:  # the exporter's own error (BufferError, a malformed interface dict)
         raise TypeError(
-            f"{op}: {what}: the {type(value).__name__} could not describe its memory ({type(err).__name__}: {err})"
+            f"{op}: {what}: the {type(value).__name__} could not describe its memory "
+            f"({type(err).__name__}: {err})"
         ) from None
     if info.dtype is None:
         raise TypeError(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ._driver import check, driver
 from .device import Device
-from .errors import CudaError, CudaUnavailable, PtxLoadError
+from .errors import CudaError, CudaUnavailable, ForkedProcessError, PtxLoadError
 from .graph import Graph, KernelNode
 from .launch import PreparedLaunch
 from .layout import ArgumentLayout
@@ -29,6 +29,7 @@ __all__ = [
     "CudaUnavailable",
     "Device",
     "DeviceArray",
+    "ForkedProcessError",
     "Event",
     "Function",
     "Graph",

@@ -148,6 +148,10 @@ class Ptr:
     array: int
     byte_offset: int = 0
 
+    def __add__(self, offset: int) -> Ptr:
+        """The same array, ``offset`` bytes further: kernel rules compute with these."""
+        return Ptr(self.array, self.byte_offset + offset)
+
 
 @dataclass(frozen=True)
 class Step:
@@ -271,8 +275,87 @@ SEED = Variant(
     when="the seed's kernel (one element per thread, one launch per piece); takes any piece",
 )
 
+# --- the fast kernels (ptxgen.kernels.fastcat: vec, tile, rowpack) --------------------
+
+
+def _fastcat_target(traits: DeviceTraits) -> str:
+    """The newest target of ptxgen's table the device runs (sm_90 on an H200): the rule
+    picks cp.async and bulk copies by target."""
+    from ptxgen.targets import TARGETS, target_sm
+
+    have = target_sm(traits.arch)
+    fitting = [t for t in TARGETS if target_sm(t) <= have]
+    return max(fitting, key=target_sm) if fitting else "sm_75"
+
+
+def _fastcat_steps(op: str, problem: Problem | Chunk, traits: DeviceTraits) -> list[Step]:
+    from ptxgen.kernels.fastcat import choose
+
+    isz = problem.dtype.itemsize
+    if isinstance(problem, Chunk):
+        extents, aligns, index = _chunk_as_problem(problem)
+    else:
+        extents, aligns, index = problem.extents, problem.piece_aligns, None
+    rows, wide_align = problem.rows, problem.wide_align
+    target = _fastcat_target(traits)
+    launches = choose(op, rows, list(extents), isz, row_mod16=wide_align, chunk_mod16=list(aligns),
+                      sm_count=traits.multiprocessor_count, target=target, chunk=index)  # fmt: skip
+    pitch = sum(extents) * isz
+    offs = [sum(extents[:i]) * isz for i in range(len(extents))]
+    widths = [e * isz for e in extents]
+    if isinstance(problem, Chunk):  # one piece, whose array is the chunk's own
+        pieces = [Ptr(problem.index)] * len(extents)
+    else:
+        pieces = [Ptr(i) for i in range(len(extents))]
+    steps = []
+    for launch in launches:
+        kernel = launch.kernel(target)
+        args = launch.args(Ptr(WIDE), pieces, rows, pitch, offs, widths)
+        steps.append(Step(kernel, (launch.grid, 1, 1), kernel.block, tuple(args)))
+    return steps
+
+
+def _chunk_as_problem(chunk: Chunk) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """A gather or scatter of one piece, seen as the rule's (sizes, alignments, index):
+    the columns before and after it as two neighbours."""
+    before, after = chunk.offset, chunk.extent - chunk.offset - chunk.width
+    extents = tuple(e for e in (before, chunk.width, after) if e)
+    index = 1 if before else 0
+    aligns = tuple(chunk.piece_align if i == index else 0 for i in range(len(extents)))
+    return extents, aligns, index
+
+
+def _fastcat_fits(problem: Problem | Chunk, traits: DeviceTraits) -> bool:
+    """Element sizes the byte kernels take, rows whose bytes fit their 30-bit pitch."""
+    isz = problem.dtype.itemsize
+    extent = problem.extent
+    return isz in (1, 2, 4, 8) and 0 < extent * isz < 1 << 30
+
+
+FASTCAT_FUSED = Variant(
+    name="fused",
+    scope="op",
+    ops=frozenset(OPS),
+    accepts=_fastcat_fits,
+    build=lambda problem, traits: _fastcat_steps(
+        "split" if problem.op == "backward" else "concat", problem, traits
+    ),
+    when="one launch reads the wide array once and writes every piece (split), or writes whole "
+    "rows from every piece (concat): shared-memory tiles at any alignment, byte shuffles for short rows",
+)
+FASTCAT_CHUNK = Variant(
+    name="vector",
+    scope="chunk",
+    ops=frozenset(OPS),
+    accepts=_fastcat_fits,
+    build=lambda chunk, traits: _fastcat_steps(
+        "gather" if chunk.op == "backward" else "scatter", chunk, traits
+    ),
+    when="one piece: the widest access the alignments allow, several loads in flight, grid-stride",
+)
+
 # In order of preference. Kernel variants are added here, one row each.
-VARIANTS: list[Variant] = [SEED]
+VARIANTS: list[Variant] = [FASTCAT_FUSED, FASTCAT_CHUNK, SEED]
 
 
 def make_plan(problem: Problem, traits: DeviceTraits, variants: Sequence[Variant] | None = None) -> Plan:

@@ -196,7 +196,7 @@ def test_seed_plans_split_and_concat_correctly(op, dtype, rows, extents, max_gri
     rng = np.random.default_rng()
     isz = ptxgen.resolve_dtype(dtype).itemsize
     traits = DeviceTraits(max_grid_x=max_grid)
-    p = make_plan(Problem(op, ptxgen.resolve_dtype(dtype), rows, extents), traits)
+    p = make_plan(Problem(op, ptxgen.resolve_dtype(dtype), rows, extents), traits, [plan.SEED])
     wide, pieces = byte_arrays(rows, extents, isz, rng)
     if op == "forward":
         for piece in pieces:
@@ -234,11 +234,15 @@ def test_rows_past_the_scalar_limit_are_launched_one_row_at_a_time(op):
 
 def test_shapes_past_the_seed_limits_are_cut_on_the_real_limits():
     # 2**31 rows of 4 elements: the grid of one launch would pass 2**31 - 1
-    p = make_plan(Problem("backward", ptxgen.resolve_dtype("f32"), 2**31, (1, 3)), DeviceTraits())
+    p = make_plan(
+        Problem("backward", ptxgen.resolve_dtype("f32"), 2**31, (1, 3)), DeviceTraits(), [plan.SEED]
+    )
     assert len(p.steps) == 4 and all(s.grid[0] <= 2**31 - 1 for s in p.steps)
     assert p.steps[1].args[0] == Ptr(-1, (2**31 - 1) * 4 * 4)
     # one row of 3 * 2**31 elements: c_total passes the i32 limit
-    p = make_plan(Problem("forward", ptxgen.resolve_dtype("u8"), 1, (2**31, 2**31 + 5)), DeviceTraits())
+    p = make_plan(
+        Problem("forward", ptxgen.resolve_dtype("u8"), 1, (2**31, 2**31 + 5)), DeviceTraits(), [plan.SEED]
+    )
     assert all(max(s.args[2:]) <= 2**31 - 1 for s in p.steps) and len(p.steps) == 4
     assert p.steps[-1].args[1] == Ptr(-1, 2**31 + (2**31 - 256))  # the wide y, past the first piece
 
@@ -248,7 +252,7 @@ def test_a_plan_needing_too_many_launches_is_refused():
     with pytest.raises(
         ValueError, match=r"would need 65537 launches for piece 0; more than 65536 is refused"
     ):
-        make_plan(problem, DeviceTraits())
+        make_plan(problem, DeviceTraits(), [plan.SEED])
 
 
 def test_empty_problems_plan_nothing():
@@ -357,6 +361,9 @@ class EmulatedDevice:
 
 @pytest.fixture
 def emulated(monkeypatch):
+    # The emulator knows the seed kernel's index mapping; the fast kernels are run by the
+    # PTX interpreter in tests/test_fastcat_plans.py.
+    monkeypatch.setattr(plan, "VARIANTS", [plan.SEED])
     device = EmulatedDevice()
     monkeypatch.setattr(ops, "_device_for", lambda op, named: device)
     monkeypatch.setattr(ops, "_plans", weakref.WeakKeyDictionary())

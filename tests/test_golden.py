@@ -29,6 +29,31 @@ CASES = [
 ] + [(cls, "bf16", 256, "sm_80", {}) for cls in ptxgen.KERNELS.values()]
 
 
+# The fast kernels take keyword arguments only: (class, arguments), two or three a family.
+FASTCAT_CASES = [
+    (ptxgen.kernels.FastcatFlatCopy, {"target": "sm_90"}),
+    (
+        ptxgen.kernels.FastcatFlatCopy,
+        {"unroll": 2, "layout": "block", "load_hint": "L1::no_allocate", "target": "sm_75"},
+    ),
+    (ptxgen.kernels.FastcatVec, {"direction": "backward", "width": 16, "target": "sm_90"}),
+    (
+        ptxgen.kernels.FastcatVec,
+        {
+            "direction": "forward",
+            "width": 2,
+            "chunks": 3,
+            "layout": "grid",
+            "target": "sm_80",
+            "load_hint": "L2::256B",
+            "streaming_stores": True,
+        },
+    ),
+    (ptxgen.kernels.FastcatRowpack, {"direction": "backward", "widths": (1, 3), "target": "sm_90"}),
+    (ptxgen.kernels.FastcatRowpack, {"direction": "forward", "widths": (3, 5), "target": "sm_75"}),
+]
+
+
 def golden_name(cls, dtype, block_size, target, options) -> str:
     kernel = cls(dtype, block_size, target=target, **options)
     suffix = "".join(f"__{k}={v}" for k, v in sorted(options.items()))
@@ -51,8 +76,25 @@ def test_emitted_ptx_matches_golden(case, request):
     )
 
 
+@pytest.mark.parametrize("case", FASTCAT_CASES, ids=lambda case: case[0](**case[1]).id)
+def test_fast_kernel_ptx_matches_golden(case, request):
+    cls, kwargs = case
+    kernel = cls(**kwargs)
+    path = GOLDEN / f"{kernel.id}.ptx"
+    if request.config.getoption("--update-golden"):
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(kernel.source)
+        return
+    assert path.exists(), f"{path.name} is missing: run python -m pytest tests/test_golden.py --update-golden"
+    assert kernel.source == path.read_text(), (
+        f"{path.name} differs from the emitted PTX; if the change is intended, rewrite the golden files "
+        "(python -m pytest tests/test_golden.py --update-golden) and commit the diff"
+    )
+
+
 def test_every_shipped_kernel_has_golden_files():  # after the rewrite, when --update-golden
     named = {case[0] for case in CASES}
     assert named == set(ptxgen.KERNELS.values())
     on_disk = {p.name for p in GOLDEN.glob("*.ptx")}
-    assert on_disk == {golden_name(*case) for case in CASES}, "stale or missing golden files"
+    fast = {f"{cls(**kwargs).id}.ptx" for cls, kwargs in FASTCAT_CASES}
+    assert on_disk == {golden_name(*case) for case in CASES} | fast, "stale or missing golden files"

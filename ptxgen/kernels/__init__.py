@@ -1,5 +1,16 @@
 """The kernels ptxgen ships, one module per family."""
 
 from .channel_cat import BLOCK_SIZES, ChannelCatBackward, ChannelCatForward, check_block_size
+from .fastcat_rowpack import FastcatRowpack, rowpack_rows
+from .fastcat_vec import FastcatFlatCopy, FastcatVec
 
-__all__ = ["BLOCK_SIZES", "ChannelCatBackward", "ChannelCatForward", "check_block_size"]
+__all__ = [
+    "BLOCK_SIZES",
+    "ChannelCatBackward",
+    "ChannelCatForward",
+    "FastcatFlatCopy",
+    "FastcatRowpack",
+    "FastcatVec",
+    "check_block_size",
+    "rowpack_rows",
+]

@@ -1,0 +1,520 @@
+"""Direct-copy fast kernels: the copy ceiling (``flat_copy16``) and the ``vec`` family.
+
+``FastcatFlatCopy``: ``dst[i] = src[i]`` over 16-byte vectors, ``unroll`` loads in flight a
+thread: what a concatenation can at best reach.
+
+``FastcatVec``: direct copy between the row side (``rows`` rows of ``row_pitch`` bytes) and
+``chunks`` adjacent chunks (each ``rows`` rows of its own pitch), ``width`` bytes an access
+(the widest that every pointer, pitch, offset and width allows; the planner checks).
+Backward gathers row side -> chunks, forward scatters chunks -> row side. Neither reads
+nor writes a byte outside the ranges :meth:`footprints` gives.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+from ..footprint import Footprint, FootprintError
+from ..function import PtxFunction, PtxModule
+from ..kernel import KernelBase
+from ..ptxtypes import SPECIAL_REGS, Addr, Reg
+from ..targets import resolve_target
+from .fastcat_common import (
+    BYTES_IN,
+    BYTES_OUT,
+    LAYOUTS,
+    LOAD_HINTS,
+    MAX_CHUNKS,
+    U32,
+    U64,
+    WIDTHS,
+    check_block,
+    check_choice,
+    check_hint,
+    data_regs,
+    ld_type,
+)
+
+__all__ = ["FastcatFlatCopy", "FastcatVec"]
+
+_DIRECTIONS = ("backward", "forward")
+
+
+def _check_launch_block(name: str, block: tuple[int, int, int], want: tuple[int, int, int]) -> None:
+    # The slot layout is computed from the block size the PTX was written for.
+    if tuple(block) != want:
+        raise FootprintError(f"{name} is built for block {want}, not {tuple(block)}")
+
+
+def _read_thread_ids(fn: PtxFunction) -> tuple[Reg, Reg, Reg, Reg]:
+    thread, block_id = fn.reg("thread", "u32"), fn.reg("block_id", "u32")
+    block_dim, grid_dim = fn.reg("block_dim", "u32"), fn.reg("grid_dim", "u32")
+    fn.inst("mov.u32", thread, SPECIAL_REGS["tid.x"])
+    fn.inst("mov.u32", block_id, SPECIAL_REGS["ctaid.x"])
+    fn.inst("mov.u32", block_dim, SPECIAL_REGS["ntid.x"])
+    fn.inst("mov.u32", grid_dim, SPECIAL_REGS["nctaid.x"])
+    return thread, block_id, block_dim, grid_dim
+
+
+class FastcatFlatCopy(KernelBase):
+    """``dst[i] = src[i]`` for ``n_vectors`` 16-byte vectors: the ceiling's copy kernel.
+
+    Fastest measured on H200 (3.97 TB/s, 93% of cuMemcpyDtoD): the defaults on a grid of
+    2 blocks per SM. ``layout``: where a thread's ``unroll`` slots lie. ``block``: one
+    block's slots are one contiguous run of ``16 * unroll * block`` bytes per round (DRAM
+    pages stay open); ``grid``: a thread's slots are a whole grid apart (the textbook
+    grid-stride loop). Arguments ``(src, dst, n_vectors)``; any grid.
+    """
+
+    name = "flat_copy16"
+
+    @classmethod
+    def cache_key(
+        cls,
+        *,
+        unroll: int = 4,
+        block: int = 256,
+        layout: str = "grid",
+        load_hint: str | None = None,
+        target: str = "sm_90",
+    ) -> Hashable:
+        target = resolve_target(target)
+        check_block(block)
+        check_choice(unroll, "unroll", (1, 2, 4, 8))
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout {layout!r}; accepted: {', '.join(LAYOUTS)}")
+        return (unroll, block, layout, check_hint(load_hint, target), target)
+
+    def __init__(
+        self,
+        *,
+        unroll: int = 4,
+        block: int = 256,
+        layout: str = "grid",
+        load_hint: str | None = None,
+        target: str = "sm_90",
+    ) -> None:
+        self.unroll, self.block_size, self.layout, self.load_hint, self.target = self.cache_key(
+            unroll=unroll, block=block, layout=layout, load_hint=load_hint, target=target
+        )
+        tag = f"__{layout}" + (f"__{load_hint.replace('::', '_')}" if load_hint else "")
+        self.id = f"flat_copy16__u{unroll}__b{block}{tag}__{self.target}"
+        self.arg_names = ("src", "dst", "n_vectors")
+        self.arg_types = (BYTES_IN, BYTES_OUT, U64)
+        self.block = (block, 1, 1)
+        self.shared_bytes = 0
+        self.info: dict[str, Any] = {
+            "family": "flat_copy",
+            "unroll": unroll,
+            "block": block,
+            "layout": layout,
+            "load_hint": load_hint,
+        }
+        self._emit()
+
+    def footprints(
+        self, grid: tuple[int, int, int], block: tuple[int, int, int], scalars: Mapping[str, int]
+    ) -> tuple[Footprint, Footprint]:
+        """``16 * n_vectors`` bytes of ``src`` read and of ``dst`` written, both 16-byte
+        aligned; nothing for an empty grid. Grid-stride: any grid covers every vector."""
+        _check_launch_block(self.name, block, self.block)
+        nbytes = 16 * scalars["n_vectors"] if all(g > 0 for g in grid) else 0
+        return (
+            Footprint("src", nbytes, 1, 16, writes=False),
+            Footprint("dst", nbytes, 1, 16, writes=True),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"FastcatFlatCopy(unroll={self.unroll}, block={self.block_size}, layout={self.layout!r}, "
+            f"load_hint={self.load_hint!r}, target={self.target!r})"
+        )
+
+    def _emit(self) -> None:
+        unroll, block = self.unroll, self.block_size
+        module = PtxModule(
+            self.target,
+            comment=[
+                "flat_copy16: dst[i] = src[i] over n_vectors 16-byte vectors, grid-stride,",
+                f"{unroll} loads in flight per thread, slots laid out by {self.layout}. "
+                "The copy ceiling's kernel.",
+            ],
+        )
+        fn = module.entry(self.entry_point_name)
+        p_src = fn.param("src", "u64", comment="*const u8: 16-byte aligned")
+        p_dst = fn.param("dst", "u64", comment="*mut u8: 16-byte aligned")
+        p_n = fn.param("n_vectors", "u64", comment="16-byte vectors to copy")
+        fn.directive(".maxntid", block, 1, 1)
+        src, dst, n_vectors = fn.reg("src", "u64"), fn.reg("dst", "u64"), fn.reg("n_vectors", "u64")
+        first, slot_gap, step = fn.reg("first", "u64"), fn.reg("slot_gap", "u64"), fn.reg("step", "u64")
+        byte_off = fn.reg("byte_off", "u64")
+
+        fn.banner("arguments, and where this thread starts")
+        fn.inst("ld.param.u64", src, Addr(p_src))
+        fn.inst("cvta.to.global.u64", src, src)
+        fn.inst("ld.param.u64", dst, Addr(p_dst))
+        fn.inst("cvta.to.global.u64", dst, dst)
+        fn.inst("ld.param.u64", n_vectors, Addr(p_n))
+        thread, block_id, block_dim, grid_dim = _read_thread_ids(fn)
+        fn.inst("cvt.u64.u32", byte_off, thread)
+        if self.layout == "block":
+            fn.inst("mul.wide.u32", first, block_id, unroll * block,
+                    comment="this block's run of unroll*block vectors")  # fmt: skip
+            fn.inst("add.u64", first, first, byte_off)
+            fn.inst(
+                "mov.u64",
+                slot_gap,
+                block,
+                comment="a thread's slots are a block apart: the run is contiguous",
+            )
+        else:
+            fn.inst("mul.wide.u32", first, block_id, block_dim)
+            fn.inst("add.u64", first, first, byte_off)
+            fn.inst(
+                "mul.wide.u32", slot_gap, grid_dim, block_dim, comment="a thread's slots are a grid apart"
+            )
+        fn.inst("mul.wide.u32", step, grid_dim, unroll * block,
+                comment="a round moves every slot by unroll*grid*block")  # fmt: skip
+
+        top, done = fn.label("LOOP"), fn.label("DONE")
+        fn.banner(f"a round: {unroll} slots, all loads before the first store")
+        fn.place(top)
+        live, srcs, dsts, data = [], [], [], []
+        for u in range(unroll):
+            idx, s, d = fn.reg(f"idx_{u}", "u64"), fn.reg(f"src_{u}", "u64"), fn.reg(f"dst_{u}", "u64")
+            ok = fn.reg(f"live_{u}", "pred")
+            fn.inst("mad.lo.u64", idx, slot_gap, u, first)
+            fn.inst("setp.lt.u64", ok, idx, n_vectors)
+            fn.inst("shl.b64", byte_off, idx, 4)
+            fn.inst("add.u64", s, src, byte_off)
+            fn.inst("add.u64", d, dst, byte_off)
+            live.append(ok)
+            srcs.append(s)
+            dsts.append(d)
+            data.append(data_regs(fn, f"v{u}", 16))
+        fn.inst("bra", done, guard=live[0], negate=True,
+                comment="slot 0 holds the smallest index: past the end, all are")  # fmt: skip
+        hint = LOAD_HINTS[self.load_hint]
+        for u in range(unroll):
+            fn.inst(
+                f"ld.global.nc{hint}.v4.u32", data[u], Addr(srcs[u]), guard=live[u], comment="all loads first"
+            )
+        for u in range(unroll):
+            fn.inst("st.global.v4.u32", Addr(dsts[u]), data[u], guard=live[u])
+        fn.inst("add.u64", first, first, step)
+        fn.inst("bra.uni", top)
+        fn.place(done)
+        fn.inst("ret")
+        self.ptx_version = module.version
+        self.kernel_source = module.header()
+        self.entry_point_source = fn.render()
+
+
+class FastcatVec(KernelBase):
+    """Direct copy between the row side and ``chunks`` adjacent chunks, ``width`` bytes an access.
+
+    The work is the ``rows x window_vectors`` grid of (row, vector) items of the window
+    ``[off_0, off_{K-1} + width_{K-1})`` of each row (``row_base`` points at its start).
+    Item ``i`` is at row ``i // n``, vector ``i % n``; each thread owns ``unroll`` slots and
+    keeps (row, vector) per slot, stepping it by a (rows, vectors) increment divided once,
+    so the loop divides nothing. All loads of a round are issued before the first store.
+    ``layout`` places the slots as in :class:`FastcatFlatCopy`.
+
+    Arguments: ``row_base, row_pitch, rows, window_vectors``, then per chunk ``k``
+    ``chunk{k}_ptr, chunk{k}_pitch`` and, with several chunks, ``chunk{k}_start`` (its
+    first vector in the window; ascending; chunk 0's is not read). ``width`` must divide
+    ``row_base``, ``row_pitch`` and every chunk's pointer and pitch (the planner checks;
+    :meth:`footprints` refuses pitches it does not divide).
+    """
+
+    @classmethod
+    def cache_key(
+        cls,
+        *,
+        direction: str,
+        width: int,
+        chunks: int = 1,
+        unroll: int = 4,
+        block: int = 256,
+        target: str = "sm_90",
+        streaming_stores: bool = False,
+        layout: str = "block",
+        load_hint: str | None = None,
+    ) -> Hashable:
+        if direction not in _DIRECTIONS:
+            raise ValueError(f"direction {direction!r}; accepted: 'backward', 'forward'")
+        target = resolve_target(target)
+        check_choice(width, "width", WIDTHS)
+        check_block(block)
+        check_choice(unroll, "unroll", (1, 2, 4, 8, 16))
+        if isinstance(chunks, bool) or not isinstance(chunks, int) or not 1 <= chunks <= MAX_CHUNKS:
+            raise ValueError(f"chunks = {chunks!r} is not accepted; accepted: an int in 1..{MAX_CHUNKS}")
+        if not isinstance(streaming_stores, bool):
+            raise ValueError(
+                f"streaming_stores = {streaming_stores!r} is not accepted; accepted: True, False"
+            )
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout {layout!r}; accepted: {', '.join(LAYOUTS)}")
+        hint = check_hint(load_hint, target)
+        return (direction, width, chunks, unroll, block, target, streaming_stores, layout, hint)
+
+    def __init__(
+        self,
+        *,
+        direction: str,
+        width: int,
+        chunks: int = 1,
+        unroll: int = 4,
+        block: int = 256,
+        target: str = "sm_90",
+        streaming_stores: bool = False,
+        layout: str = "block",
+        load_hint: str | None = None,
+    ) -> None:
+        (self.direction, self.width, self.chunks, self.unroll, self.block_size, self.target,
+         self.streaming_stores, self.layout, self.load_hint) = self.cache_key(
+            direction=direction, width=width, chunks=chunks, unroll=unroll, block=block, target=target,
+            streaming_stores=streaming_stores, layout=layout, load_hint=load_hint,
+        )  # fmt: skip
+        self.name = f"fastcat_vec_{direction}"  # type: ignore[misc]
+        tag = ("__cs" if streaming_stores else "") + f"__{layout}"
+        tag += f"__{load_hint.replace('::', '_')}" if load_hint else ""
+        self.id = f"{self.name}__w{width}__k{chunks}__u{unroll}__b{block}{tag}__{self.target}"
+        row_side, chunk_side = (BYTES_IN, BYTES_OUT) if direction == "backward" else (BYTES_OUT, BYTES_IN)
+        names: list[str] = ["row_base", "row_pitch", "rows", "window_vectors"]
+        types: list[Any] = [row_side, U64, U64, U32]
+        for k in range(chunks):
+            names += [f"chunk{k}_ptr", f"chunk{k}_pitch"]
+            types += [chunk_side, U64]
+            if chunks > 1:
+                names.append(f"chunk{k}_start")
+                types.append(U32)
+        self.arg_names, self.arg_types = tuple(names), tuple(types)
+        self.block = (block, 1, 1)
+        self.shared_bytes = 0
+        self.info: dict[str, Any] = {
+            "family": "vec",
+            "direction": direction,
+            "width": width,
+            "chunks": chunks,
+            "unroll": unroll,
+            "block": block,
+            "streaming_stores": streaming_stores,
+            "layout": layout,
+            "load_hint": load_hint,
+        }
+        self._emit()
+
+    def __repr__(self) -> str:
+        return (
+            f"FastcatVec(direction={self.direction!r}, width={self.width}, chunks={self.chunks}, "
+            f"unroll={self.unroll}, block={self.block_size}, target={self.target!r}, "
+            f"streaming_stores={self.streaming_stores}, layout={self.layout!r}, load_hint={self.load_hint!r})"
+        )
+
+    # --- what a launch touches ----------------------------------------------------------
+
+    def chunk_vectors(self, scalars: Mapping[str, int]) -> tuple[int, ...]:
+        """How many vectors of each row each chunk receives (backward) or gives (forward):
+        the window's vectors ``[start_k, start_{k+1})``, the last chunk's up to
+        ``window_vectors``. Raises :class:`FootprintError` for starts that do not ascend."""
+        n = scalars["window_vectors"]
+        if self.chunks == 1:
+            return (n,)
+        starts = [0] + [scalars[f"chunk{k}_start"] for k in range(1, self.chunks)]
+        if any(b < a for a, b in itertools.pairwise(starts)):
+            raise FootprintError(
+                f"{self.name}: chunk starts {starts[1:]} (chunk1_start..) must ascend; "
+                "the kernel picks the last chunk whose start a vector has reached"
+            )
+        ends = [*starts[1:], n]
+        return tuple(max(0, min(e, n) - min(s, n)) for s, e in zip(starts, ends))
+
+    def footprints(
+        self, grid: tuple[int, int, int], block: tuple[int, int, int], scalars: Mapping[str, int]
+    ) -> tuple[Footprint, ...]:
+        """Exact bytes from each pointer: the row side touches ``(rows - 1) * row_pitch +
+        window_vectors * width``, chunk ``k`` ``(rows - 1) * chunk{k}_pitch + n_k * width``
+        (``n_k`` from :meth:`chunk_vectors`; 0 when ``n_k`` or ``rows`` is 0); every pointer
+        ``width``-aligned. Grid-stride: any non-empty grid covers every item.
+
+        Raises :class:`FootprintError` where the kernel would misbehave: a pitch ``width``
+        does not divide, ``window_vectors`` of 0 (it is a divisor) or above 2**31 (the
+        vector index is 32-bit and carries), a window wider than the row pitch, a chunk's
+        vectors wider than its pitch (its rows would overlap), or another block shape."""
+        _check_launch_block(self.name, block, self.block)
+        w, rows, n = self.width, scalars["rows"], scalars["window_vectors"]
+        pitches = [scalars["row_pitch"]] + [scalars[f"chunk{k}_pitch"] for k in range(self.chunks)]
+        bad = [p for p in pitches if p % w]
+        if bad:
+            raise FootprintError(f"{self.name}: pitch {bad[0]} is not a multiple of the access width {w}")
+        if rows > 0 and not 1 <= n <= 1 << 31:
+            raise FootprintError(
+                f"{self.name}: window_vectors = {n} is not accepted; accepted: 1..2**31 when rows > 0"
+            )
+        if rows > 1 and n * w > pitches[0]:
+            raise FootprintError(
+                f"{self.name}: the window ({n} vectors of {w} bytes) is wider than row_pitch {pitches[0]}"
+            )
+        counts = self.chunk_vectors(scalars)
+        for k, (c, p) in enumerate(zip(counts, pitches[1:])):
+            if rows > 1 and c * w > p:
+                raise FootprintError(
+                    f"{self.name}: chunk {k} gets {c} vectors of {w} bytes a row, wider than its pitch {p}"
+                )
+        live = rows > 0 and all(g > 0 for g in grid)
+        backward = self.direction == "backward"
+
+        def extent(pitch: int, vectors: int) -> int:
+            return (rows - 1) * pitch + vectors * w if live and vectors else 0
+
+        out = [Footprint("row_base", extent(pitches[0], n), 1, w, writes=not backward)]
+        for k, c in enumerate(counts):
+            out.append(Footprint(f"chunk{k}_ptr", extent(pitches[k + 1], c), 1, w, writes=backward))
+        return tuple(out)
+
+    # --- emission ------------------------------------------------------------------------
+
+    def _emit(self) -> None:
+        width, unroll, block, chunks = self.width, self.unroll, self.block_size, self.chunks
+        module = PtxModule(
+            self.target,
+            comment=[
+                f"{self.name}: {width}-byte accesses between the row side and {chunks} adjacent chunk(s).",
+                "Item (row, vector) of the window; each thread keeps `unroll` slots a grid apart,",
+                "issues all their loads, then all their stores. 64-bit rows and addresses.",
+            ],
+        )
+        fn = module.entry(self.entry_point_name)
+        params = {}
+        for name, t in zip(self.arg_names, self.arg_types):
+            params[name] = fn.param(name, t.ptx_type, comment=str(t))
+        fn.directive(".maxntid", block, 1, 1)
+        row_base, pitch, rows = fn.reg("row_base", "u64"), fn.reg("pitch", "u64"), fn.reg("rows", "u64")
+        n_vec64, gtid, stride = fn.reg("n_vec64", "u64"), fn.reg("gtid", "u64"), fn.reg("stride", "u64")
+        step, step_rows, tmp64 = fn.reg("step", "u64"), fn.reg("step_rows", "u64"), fn.reg("tmp64", "u64")
+        n_vec, step_vecs = fn.reg("n_vec", "u32"), fn.reg("step_vecs", "u32")
+
+        fn.banner("arguments")
+        fn.inst("ld.param.u64", row_base, Addr(params["row_base"]), comment="row side + window start")
+        fn.inst("cvta.to.global.u64", row_base, row_base)
+        fn.inst("ld.param.u64", pitch, Addr(params["row_pitch"]), comment="row-side bytes per row")
+        fn.inst("ld.param.u64", rows, Addr(params["rows"]))
+        fn.inst(
+            "ld.param.u32", n_vec, Addr(params["window_vectors"]), comment="accesses per row in the window"
+        )
+        fn.inst("cvt.u64.u32", n_vec64, n_vec)
+        thread, block_id, block_dim, grid_dim = _read_thread_ids(fn)
+
+        fn.banner("this thread's first item, the gap between its slots, and a round's step")
+        fn.inst("cvt.u64.u32", tmp64, thread)
+        if self.layout == "block":
+            fn.inst("mul.wide.u32", gtid, block_id, unroll * block,
+                    comment="this block's run of unroll*block items")  # fmt: skip
+            fn.inst("add.u64", gtid, gtid, tmp64, comment="this thread's first item")
+            fn.inst("mov.u64", stride, block, comment="slots of one thread are a block apart")
+        else:
+            fn.inst("mul.wide.u32", gtid, block_id, block_dim)
+            fn.inst("add.u64", gtid, gtid, tmp64, comment="this thread's first item")
+            fn.inst(
+                "mul.wide.u32", stride, grid_dim, block_dim, comment="slots of one thread are a grid apart"
+            )
+        fn.inst("mul.wide.u32", step, grid_dim, unroll * block,
+                comment="a round moves every slot by unroll*grid*block")  # fmt: skip
+        fn.inst(
+            "div.u64", step_rows, step, n_vec64, comment="the step as (rows, vectors): divided once here,"
+        )
+        fn.inst("rem.u64", tmp64, step, n_vec64, comment="never in the loop")
+        fn.inst("cvt.u32.u64", step_vecs, tmp64)
+
+        fn.banner("each slot's (row, vector)")
+        row, col = [], []
+        for u in range(unroll):
+            r, c = fn.reg(f"row_{u}", "u64"), fn.reg(f"col_{u}", "u32")
+            fn.inst("mad.lo.u64", tmp64, stride, u, gtid)
+            fn.inst("div.u64", r, tmp64, n_vec64, comment=f"slot {u}: its row ...")
+            fn.inst("rem.u64", tmp64, tmp64, n_vec64)
+            fn.inst("cvt.u32.u64", c, tmp64, comment="... and its vector in the row")
+            row.append(r)
+            col.append(c)
+        # Chunk parameters are read where used: they live in the constant bank, so ptxas
+        # folds them into the instructions instead of holding 5 registers per chunk.
+        c_ptr, c_pitch = fn.reg("c_ptr", "u64"), fn.reg("c_pitch", "u64")
+        row_addr, chunk_addr = fn.reg("row_addr", "u64"), fn.reg("chunk_addr", "u64")
+        c_start, c_col = fn.reg("c_start", "u32"), fn.reg("c_col", "u32")
+        in_chunk = fn.reg("in_chunk", "pred")
+        k_start = fn.reg("k_start", "u32") if chunks > 1 else None
+        k_val = fn.reg("k_val", "u64") if chunks > 1 else None
+
+        top, done = fn.label("LOOP"), fn.label("DONE")
+        fn.banner(f"a round: {unroll} slots, all loads before the first store")
+        fn.place(top)
+        fn.inst(
+            "setp.ge.u64",
+            in_chunk,
+            row[0],
+            rows,
+            comment="slot 0 is the furthest behind: past the end, all are",
+        )
+        fn.inst("bra", done, guard=in_chunk)
+        kind = ld_type(width)
+        live, srcs, dsts, data = [], [], [], []
+        for u in range(unroll):
+            ok = fn.reg(f"live_{u}", "pred")
+            s, d = fn.reg(f"src_{u}", "u64"), fn.reg(f"dst_{u}", "u64")
+            fn.inst("setp.lt.u64", ok, row[u], rows)
+            fn.inst("mad.lo.u64", row_addr, row[u], pitch, row_base)
+            fn.inst("mul.wide.u32", tmp64, col[u], width)
+            fn.inst("add.u64", row_addr, row_addr, tmp64)
+            fn.inst("ld.param.u64", c_ptr, Addr(params["chunk0_ptr"]))
+            fn.inst("ld.param.u64", c_pitch, Addr(params["chunk0_pitch"]))
+            if chunks == 1:
+                fn.inst("mov.u32", c_col, col[u])
+            else:
+                assert k_start is not None and k_val is not None
+                fn.inst("mov.u32", c_start, 0,
+                        comment=f"slot {u}: which chunk holds this vector (starts ascend)")  # fmt: skip
+                for k in range(1, chunks):
+                    fn.inst("ld.param.u32", k_start, Addr(params[f"chunk{k}_start"]))
+                    fn.inst("setp.ge.u32", in_chunk, col[u], k_start)
+                    fn.inst("ld.param.u64", k_val, Addr(params[f"chunk{k}_ptr"]))
+                    fn.inst("selp.b64", c_ptr, k_val, c_ptr, in_chunk)
+                    fn.inst("ld.param.u64", k_val, Addr(params[f"chunk{k}_pitch"]))
+                    fn.inst("selp.b64", c_pitch, k_val, c_pitch, in_chunk)
+                    fn.inst("selp.b32", c_start, k_start, c_start, in_chunk)
+                fn.inst("sub.u32", c_col, col[u], c_start)
+            fn.inst("cvta.to.global.u64", c_ptr, c_ptr)
+            fn.inst("mad.lo.u64", chunk_addr, row[u], c_pitch, c_ptr)
+            fn.inst("mul.wide.u32", tmp64, c_col, width)
+            fn.inst("add.u64", chunk_addr, chunk_addr, tmp64)
+            src, dst = (row_addr, chunk_addr) if self.direction == "backward" else (chunk_addr, row_addr)
+            fn.inst("mov.u64", s, src)
+            fn.inst("mov.u64", d, dst)
+            live.append(ok)
+            srcs.append(s)
+            dsts.append(d)
+            data.append(data_regs(fn, f"v{u}", width))
+        hint = LOAD_HINTS[self.load_hint]
+        st = "st.global.cs" if self.streaming_stores else "st.global"
+        for u in range(unroll):
+            fn.inst(f"ld.global.nc{hint}.{kind}", data[u], Addr(srcs[u]), guard=live[u],
+                    comment="all loads in flight first")  # fmt: skip
+        for u in range(unroll):
+            fn.inst(f"{st}.{kind}", Addr(dsts[u]), data[u], guard=live[u])
+
+        fn.banner("step every slot by (step_rows, step_vecs), carrying vectors into rows")
+        wrap = fn.reg("wrap", "pred")
+        for u in range(unroll):
+            fn.inst("add.u64", row[u], row[u], step_rows)
+            fn.inst("add.u32", col[u], col[u], step_vecs)
+            fn.inst("setp.ge.u32", wrap, col[u], n_vec, comment="carry the vector index into the row")
+            fn.inst("sub.u32", col[u], col[u], n_vec, guard=wrap)
+            fn.inst("add.u64", row[u], row[u], 1, guard=wrap)
+        fn.inst("bra.uni", top)
+        fn.place(done)
+        fn.inst("ret")
+        self.ptx_version = module.version
+        self.kernel_source = module.header()
+        self.entry_point_source = fn.render()

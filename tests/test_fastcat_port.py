@@ -1,0 +1,379 @@
+"""The builder ports of the prototype's direct-copy kernels (FastcatFlatCopy, FastcatVec,
+FastcatRowpack) against the prototype (tests/fastcat_proto_ref.py, a frozen copy):
+
+* for every code path (width, chunk count, direction, layout, load hint, streaming stores,
+  unroll, row layouts) on sm_75, sm_80 and sm_90, ptxas makes the same SASS from both;
+* no spills or stack, and the loads and stores are as wide as intended;
+* in the PTX interpreter (tests/ptxsim.py), on odd shapes, the right bytes move, and every
+  byte touched lies in [pointer, pointer + footprint) with both ends touched (tight);
+* bad arguments raise before anything is emitted, naming the value and what is accepted.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import fastcat_proto_ref as proto
+import pytest
+from ptxsim import Memory, run_kernel
+
+from ptxgen import toolchain
+from ptxgen.footprint import FootprintError
+from ptxgen.kernels import FastcatFlatCopy, FastcatRowpack, FastcatVec, rowpack_rows
+
+TARGETS = ("sm_75", "sm_80", "sm_90")
+_SIZE = {"128": 16, "64": 8, "U16": 2, "S16": 2, "U8": 1, "S8": 1}
+
+
+def _variants() -> list[tuple[str, str, dict, dict[str, set[int]]]]:
+    """(label, family, keyword arguments, expected {SASS opcode: access sizes}): every code
+    path of each family on every target, each option at least once (not their product:
+    ptxas runs twice per variant)."""
+    out = []
+    for t in TARGETS:
+        hints = (None, "L1::no_allocate") + (("L2::256B",) if t != "sm_75" else ())
+        flat = [{"layout": lay, "load_hint": h} for lay in ("block", "grid") for h in hints]
+        flat += [{"unroll": 1, "block": 1024}, {"unroll": 8, "layout": "block"}]
+        for extra in flat:
+            tag = "/".join(f"{a}={b}" for a, b in extra.items())
+            out.append((f"flat/{tag}/{t}", "flat", {**extra, "target": t}, {"LDG": {16}, "STG": {16}}))
+        for i, w in enumerate(proto.WIDTHS):
+            for d in ("backward", "forward"):
+                for k in (1, 3):
+                    layout = ("block", "grid")[(i + k) % 2]  # both layouts, for every width
+                    kw = {"direction": d, "width": w, "chunks": k, "layout": layout, "target": t}
+                    out.append((f"vec/{d}/w{w}/k{k}/{layout}/{t}", "vec", kw, {"LDG": {w}, "STG": {w}}))
+        for w, extra in (
+            (4, {"unroll": 1}),
+            (2, {"unroll": 16, "block": 64}),
+            (16, {"unroll": 8, "streaming_stores": True, "chunks": 32}),
+            (1, {"load_hint": "L1::no_allocate", "layout": "grid"}),
+            *(((8, {"load_hint": "L2::256B"}),) if t != "sm_75" else ()),
+        ):
+            kw = {"direction": "forward", "width": w, "target": t, **extra}
+            tag = "/".join(f"{a}={b}" for a, b in extra.items())
+            out.append((f"vec/forward/w{w}/{tag}/{t}", "vec", kw, {"LDG": {w}, "STG": {w}}))
+        for widths in ((1, 3), (3, 5), (1, 1, 2)):
+            for d in ("backward", "forward"):
+                kw = {"direction": d, "widths": widths, "target": t}
+                # 16-byte vectors; single bytes only for the last rows % n rows
+                out.append((f"rowpack/{d}/{widths}/{t}", "rowpack", kw, {"LDG": {16, 1}, "STG": {16, 1}}))
+    return out
+
+
+VARIANTS = _variants()
+_PORT = {"flat": FastcatFlatCopy, "vec": FastcatVec, "rowpack": FastcatRowpack}
+_PROTO = {"flat": proto.flat_copy_kernel, "vec": proto.vec_kernel, "rowpack": proto.rowpack_kernel}
+
+
+def _normalised(sass: str) -> list[str]:
+    """SASS lines without comments and without lines that name symbols (which may differ)."""
+    lines = []
+    for line in sass.splitlines():
+        line = re.sub(r"/\*[^*]*\*/", "", line.split("//")[0]).strip()
+        if line and "entry_point" not in line and not line.startswith((".", '@"')):
+            lines.append(line)
+    return lines
+
+
+@pytest.fixture(scope="module")
+def built():
+    try:
+        toolchain.find_tool("ptxas")
+        toolchain.find_tool("nvdisasm")
+    except toolchain.ToolNotFound as err:
+        pytest.fail(f"{err} (it is part of the test extra: pip install -e '.[test]')")
+    kernels = [(_PROTO[fam](**kw), _PORT[fam](**kw)) for _, fam, kw, _ in VARIANTS]
+    jobs = [(k.source, k.target) for pair in kernels for k in pair]
+    results = toolchain.assemble_many(jobs)
+
+    def sass(r):
+        return r if isinstance(r, Exception) else (r, toolchain.disassemble(r.cubin))
+
+    with ThreadPoolExecutor() as pool:
+        done = list(pool.map(sass, results))
+    return {label: (kernels[i], done[2 * i], done[2 * i + 1]) for i, (label, *_) in enumerate(VARIANTS)}
+
+
+def _access_sizes(code: str, op: str) -> set[int]:
+    sizes = set()
+    for m in re.finditer(rf"\b{op}(\.[\w.]+)?\s", code):
+        parts = (m.group(1) or "").split(".")
+        size = [_SIZE[p] for p in parts if p in _SIZE]
+        sizes.add(size[0] if size else 4)
+    return sizes
+
+
+@pytest.mark.parametrize("label, family, kwargs, expect", VARIANTS, ids=[v[0] for v in VARIANTS])
+def test_same_sass_as_the_prototype_no_spills_intended_widths(built, label, family, kwargs, expect):
+    (old, new), old_built, new_built = built[label]
+    for got in (old_built, new_built):
+        if isinstance(got, Exception):
+            pytest.fail(str(got))
+    assert (new.name, new.id, new.target, new.ptx_version) == (old.name, old.id, old.target, old.ptx_version)
+    assert (new.arg_names, new.arg_types, new.block) == (old.arg_names, old.arg_types, old.block)
+    assert (new.block_size, new.shared_bytes, new.info) == (old.block_size, old.shared_bytes, old.info)
+    (old_res, old_sass), (new_res, new_sass) = old_built, new_built
+    assert _normalised(new_sass) == _normalised(old_sass)
+    assert len(_normalised(new_sass)) > 20
+    res = new_res.functions[new.entry_point_name]
+    assert res.stack_bytes == 0 and res.spill_store_bytes == 0 and res.spill_load_bytes == 0, res
+    assert res == old_res.functions[old.entry_point_name]
+    for op, sizes in expect.items():
+        assert _access_sizes(new_sass, op) == sizes, (op, sorted(_access_sizes(new_sass, op)))
+
+
+def test_constructed_once_per_arguments():
+    a = FastcatVec(direction="forward", width=8, chunks=2)
+    assert a is FastcatVec(width=8, direction="forward", chunks=2, target="sm_90")
+    assert a is not FastcatVec(direction="forward", width=8, chunks=2, layout="grid")
+    assert FastcatRowpack(direction="backward", widths=[1, 3]) is FastcatRowpack(
+        direction="backward", widths=(1, 3)
+    )
+    assert a.name == "fastcat_vec_forward" and a.entry_point_name == "fastcat_vec_forward_entry_point"
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: FastcatFlatCopy(unroll=3), "unroll = 3 is not accepted; accepted: 1, 2, 4, 8"),
+        (lambda: FastcatFlatCopy(block=96), "block = 96 is not accepted; accepted: 64, 128, 256, 512, 1024"),
+        (lambda: FastcatFlatCopy(block=True), "block = True is not accepted"),
+        (lambda: FastcatFlatCopy(layout="rows"), "layout 'rows'; accepted: block, grid"),
+        (lambda: FastcatFlatCopy(load_hint="L2::128B"), "load_hint 'L2::128B'; accepted: None, 'L2::256B'"),
+        (lambda: FastcatFlatCopy(load_hint="L2::256B", target="sm_75"), "needs sm_80 or newer, not sm_75"),
+        (lambda: FastcatFlatCopy(target="sm_70"), "unknown target 'sm_70'"),
+        (lambda: FastcatVec(direction="up", width=4), "direction 'up'; accepted: 'backward', 'forward'"),
+        (
+            lambda: FastcatVec(direction="forward", width=3),
+            "width = 3 is not accepted; accepted: 16, 8, 4, 2, 1",
+        ),
+        (
+            lambda: FastcatVec(direction="forward", width=4, chunks=33),
+            "chunks = 33 is not accepted; accepted: an int in 1..32",
+        ),
+        (lambda: FastcatVec(direction="forward", width=4, chunks=0), "chunks = 0 is not accepted"),
+        (
+            lambda: FastcatVec(direction="forward", width=4, unroll=32),
+            "unroll = 32 is not accepted; accepted: 1, 2, 4, 8, 16",
+        ),
+        (
+            lambda: FastcatVec(direction="forward", width=4, streaming_stores=1),
+            "streaming_stores = 1 is not accepted",
+        ),
+        (lambda: FastcatVec(direction="forward", width=4, layout="x"), "layout 'x'; accepted: block, grid"),
+        (
+            lambda: FastcatRowpack(direction="backward", widths=()),
+            "widths must be 1 to 8 ints >= 1 (bytes), got ()",
+        ),
+        (lambda: FastcatRowpack(direction="backward", widths=(1, 0)), "got (1, 0)"),
+        (lambda: FastcatRowpack(direction="backward", widths=(1,) * 9), "widths must be 1 to 8 ints"),
+        (
+            lambda: FastcatRowpack(direction="backward", widths=5),
+            "widths must be 1 to 8 ints >= 1 (bytes), got 5",
+        ),
+        (
+            lambda: FastcatRowpack(direction="backward", widths=(1, 8)),
+            "16 rows of 9 bytes = 144 bytes a thread; at most 128",
+        ),
+        (lambda: FastcatRowpack(direction="sideways", widths=(1, 3)), "direction 'sideways'"),
+    ],
+)
+def test_refuses_what_it_cannot_build(make, message):
+    with pytest.raises((ValueError, TypeError)) as err:
+        make()
+    assert message in str(err.value)
+
+
+# --------------------------------------------------------------------------- footprints, in the interpreter
+
+
+class _Recording(Memory):
+    """Global memory that remembers every byte address read or written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.touched: set[int] = set()
+
+    def read(self, addr: int, n: int) -> bytes:
+        self.touched.update(range(addr, addr + n))
+        return super().read(addr, n)
+
+    def write(self, addr: int, raw: bytes) -> None:
+        self.touched.update(range(addr, addr + len(raw)))
+        super().write(addr, raw)
+
+
+def _check_footprints(mem: _Recording, footprints, pointers: dict[str, int]) -> None:
+    """Every touched byte lies in some argument's [ptr, ptr + nbytes); each non-empty range has
+    both ends touched; every pointer meets its alignment."""
+    ranges = []
+    for fp in footprints:
+        ptr = pointers[fp.arg]
+        if fp.nbytes:
+            assert ptr % fp.align == 0, (fp, ptr)
+            assert ptr in mem.touched and ptr + fp.nbytes - 1 in mem.touched, f"{fp} is not tight"
+            ranges.append((ptr, ptr + fp.nbytes))
+    outside = [a for a in mem.touched if not any(lo <= a < hi for lo, hi in ranges)]
+    assert not outside, f"{len(outside)} bytes touched outside the footprints, first {min(outside):#x}"
+
+
+def _fill(rng: random.Random, n: int) -> bytes:
+    return bytes(rng.randrange(256) for _ in range(n))
+
+
+@pytest.mark.parametrize("layout", ["block", "grid"])
+@pytest.mark.parametrize("n_vectors, grid", [(1, 1), (37, 2), (130, 3), (0, 2)])
+def test_flat_copy_moves_every_vector_and_only_those(layout, n_vectors, grid):
+    rng = random.Random(n_vectors)
+    k = FastcatFlatCopy(unroll=2, block=64, layout=layout)
+    mem = _Recording()
+    src, dst = mem.alloc(16 * n_vectors), mem.alloc(16 * n_vectors)
+    data = _fill(rng, 16 * n_vectors)
+    mem.view(src)[:] = data
+    mem.view(dst)[:] = b"\xa5" * len(data)
+    mem.touched.clear()
+    run_kernel(k, grid, {"src": src, "dst": dst, "n_vectors": n_vectors}, mem)
+    assert bytes(mem.view(dst)) == data
+    _check_footprints(
+        mem, k.footprints((grid, 1, 1), k.block, {"n_vectors": n_vectors}), {"src": src, "dst": dst}
+    )
+
+
+# (width, rows, window start, chunk widths, extra chunk pitch, row-side misalignment), all in bytes
+VEC_CASES = [
+    (16, 5, 16, (32, 48), (0, 16), 0),
+    (8, 7, 8, (8, 24, 40), (0, 0, 8), 8),
+    (4, 13, 4, (12,), (4,), 4),
+    (2, 9, 6, (2, 10, 6), (0, 2, 0), 2),
+    (1, 11, 3, (5, 1, 7), (0, 0, 3), 3),
+    (1, 1, 0, (3,), (0,), 5),
+    (4, 3, 0, (4, 4, 4, 4, 4), (0,) * 5, 12),
+]
+
+
+@pytest.mark.parametrize("direction", ["backward", "forward"])
+@pytest.mark.parametrize("layout", ["block", "grid"])
+@pytest.mark.parametrize("case", VEC_CASES, ids=lambda c: f"w{c[0]}-rows{c[1]}-k{len(c[3])}")
+def test_vec_moves_the_right_bytes_inside_its_footprints(case, layout, direction):
+    w, rows, start, widths, pads, misalign = case
+    rng = random.Random(rows * 31 + w)
+    window = sum(widths)
+    pitch = start + window + 2 * w  # columns before and after the window
+    c_pitches = [cw + pad for cw, pad in zip(widths, pads)]
+    k = FastcatVec(direction=direction, width=w, chunks=len(widths), unroll=2, block=64, layout=layout)
+    mem = _Recording()
+    row = mem.alloc(rows * pitch, misalign)
+    chunks = [
+        mem.alloc((rows - 1) * cp + cw, (3 * w * (i + 1)) % 16)
+        for i, (cw, cp) in enumerate(zip(widths, c_pitches))
+    ]
+    backward = direction == "backward"
+    mem.view(row)[:] = _fill(rng, rows * pitch) if backward else b"\xa5" * (rows * pitch)
+    for c in chunks:
+        n = len(mem.view(c))
+        mem.view(c)[:] = b"\xa5" * n if backward else _fill(rng, n)
+    before = {c: bytes(mem.view(c)) for c in [row, *chunks]}
+    scalars = {"row_pitch": pitch, "rows": rows, "window_vectors": window // w}
+    args = {"row_base": row + start, **scalars}
+    col = 0
+    for i, (c, cw, cp) in enumerate(zip(chunks, widths, c_pitches)):
+        args |= {f"chunk{i}_ptr": c, f"chunk{i}_pitch": cp}
+        scalars[f"chunk{i}_pitch"] = cp
+        if len(widths) > 1:
+            args[f"chunk{i}_start"] = scalars[f"chunk{i}_start"] = col // w
+        col += cw
+    mem.touched.clear()
+    run_kernel(k, 3, args, mem)
+    r = bytes(mem.view(row))
+    col = start
+    for c, cw, cp in zip(chunks, widths, c_pitches):
+        got = bytes(mem.view(c))
+        for i in range(rows):
+            assert got[i * cp : i * cp + cw] == r[i * pitch + col : i * pitch + col + cw]
+            if backward and i < rows - 1:  # the pitch's padding is left alone
+                assert got[i * cp + cw : (i + 1) * cp] == before[c][i * cp + cw : (i + 1) * cp]
+        col += cw
+    if not backward:  # columns outside the window are left alone
+        for i in range(rows):
+            lo, hi = i * pitch + start, i * pitch + start + window
+            assert (
+                r[:lo][i * pitch :] == before[row][i * pitch : lo]
+                and r[hi : (i + 1) * pitch] == before[row][hi : (i + 1) * pitch]
+            )
+    pointers = {"row_base": row + start, **{f"chunk{i}_ptr": c for i, c in enumerate(chunks)}}
+    _check_footprints(mem, k.footprints((3, 1, 1), k.block, scalars), pointers)
+
+
+def test_vec_footprints_refuse_launches_it_cannot_do():
+    k = FastcatVec(direction="backward", width=4, chunks=2)
+    good = {
+        "row_pitch": 16,
+        "rows": 3,
+        "window_vectors": 4,
+        "chunk0_pitch": 8,
+        "chunk1_pitch": 8,
+        "chunk1_start": 2,
+    }
+    fps = k.footprints((1, 1, 1), k.block, good)
+    assert [(f.arg, f.nbytes, f.align, f.writes) for f in fps] == [
+        ("row_base", 32 + 16, 4, False),
+        ("chunk0_ptr", 16 + 8, 4, True),
+        ("chunk1_ptr", 16 + 8, 4, True),
+    ]
+    assert [f.nbytes for f in k.footprints((0, 1, 1), k.block, good)] == [0, 0, 0]
+    assert [f.nbytes for f in k.footprints((1, 1, 1), k.block, good | {"rows": 0, "window_vectors": 0})] == [
+        0,
+        0,
+        0,
+    ]
+    for bad, message in [
+        ({"row_pitch": 18}, "pitch 18 is not a multiple of the access width 4"),
+        ({"chunk1_pitch": 6}, "pitch 6 is not a multiple"),
+        ({"window_vectors": 0}, "window_vectors = 0 is not accepted; accepted: 1..2**31"),
+        ({"window_vectors": 2**31 + 1}, "window_vectors = 2147483649"),
+        ({"window_vectors": 5}, "wider than row_pitch 16"),
+        (
+            {"chunk1_start": 1},
+            "chunk 0 gets 1 vectors"[:0] + "chunk 1 gets 3 vectors of 4 bytes a row, wider than its pitch 8",
+        ),
+    ]:
+        with pytest.raises(FootprintError, match=re.escape(message)):
+            k.footprints((1, 1, 1), k.block, good | bad)
+    k5 = FastcatVec(direction="backward", width=4, chunks=3)
+    with pytest.raises(FootprintError, match="must ascend"):
+        k5.footprints((1, 1, 1), k5.block, good | {"chunk2_pitch": 8, "chunk1_start": 3, "chunk2_start": 1})
+    with pytest.raises(FootprintError, match="built for block"):
+        k.footprints((1, 1, 1), (128, 1, 1), good)
+
+
+@pytest.mark.parametrize("widths", [(1, 3), (3, 5), (2, 6), (1, 1, 2), (4, 12)])
+@pytest.mark.parametrize("rows", [1, 5, 17, 40])
+@pytest.mark.parametrize("direction", ["backward", "forward"])
+def test_rowpack_moves_the_right_bytes_inside_its_footprints(widths, rows, direction):
+    rng = random.Random(rows + sum(widths))
+    k = FastcatRowpack(direction=direction, widths=widths, block=64)
+    pitch, offs = sum(widths), [sum(widths[:i]) for i in range(len(widths))]
+    mem = _Recording()
+    row = mem.alloc(rows * pitch)
+    chunks = [mem.alloc(rows * w) for w in widths]
+    backward = direction == "backward"
+    mem.view(row)[:] = _fill(rng, rows * pitch) if backward else b"\xa5" * (rows * pitch)
+    for c, w in zip(chunks, widths):
+        mem.view(c)[:] = b"\xa5" * (rows * w) if backward else _fill(rng, rows * w)
+    mem.touched.clear()
+    grid = 2
+    run_kernel(
+        k, grid, {"row_ptr": row, "rows": rows, **{f"chunk{i}_ptr": c for i, c in enumerate(chunks)}}, mem
+    )
+    r = bytes(mem.view(row))
+    for c, w, o in zip(chunks, widths, offs):
+        assert bytes(mem.view(c)) == b"".join(r[i * pitch + o : i * pitch + o + w] for i in range(rows))
+    fps = k.footprints((grid, 1, 1), k.block, {"rows": rows})
+    assert {f.align for f in fps} == {16 if rows >= rowpack_rows(widths) else 1}
+    _check_footprints(mem, fps, {"row_ptr": row, **{f"chunk{i}_ptr": c for i, c in enumerate(chunks)}})

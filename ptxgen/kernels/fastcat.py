@@ -18,15 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..targets import resolve_target, target_capability
+from .fastcat_common import MAX_CHUNKS, WIDTHS
 
 __all__ = ["MAX_CHUNKS", "OPS", "WIDTHS", "Launch", "access_width", "choose"]
 
 OPS = ("gather", "scatter", "split", "concat")
 DIRECTION = {"gather": "backward", "split": "backward", "scatter": "forward", "concat": "forward"}
-# Chunks per launch: each costs 16 bytes of parameters and one copy of the per-chunk
-# code; 32 keeps a kernel under ~4K SASS instructions and far under 4 KB of parameters.
-MAX_CHUNKS = 32
-WIDTHS = (16, 8, 4, 2, 1)
 
 
 def access_width(row_mod16: int, pitch: int, off: int, width: int, chunk_mod16: int) -> int:

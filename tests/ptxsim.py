@@ -1,0 +1,424 @@
+"""A small PTX interpreter for the subset ptxgen.fastcat_proto emits, to test kernels on a CPU.
+
+It runs every thread of a block as a Python generator that pauses at ``bar.sync``, blocks
+one after the other. Global memory is a set of exact allocations: any access outside
+them raises :class:`OutOfBounds` (what compute-sanitizer's memcheck would report),
+including bytes a 16-byte vector would read past an array's end. Asynchronous copies
+(``cp.async``, ``cp.async.bulk``) complete at once, so races between them and their
+waits are NOT modelled: only indexing, predicates and bounds are.
+
+Slow (about a million instructions a minute): use small tiles and arrays.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass, field
+
+__all__ = ["Memory", "OutOfBounds", "run_kernel"]
+
+
+class OutOfBounds(RuntimeError):
+    pass
+
+
+@dataclass
+class _Alloc:
+    base: int
+    data: bytearray
+
+
+@dataclass
+class Memory:
+    """Global memory: allocations at chosen addresses (misaligned ones allowed)."""
+
+    allocs: list[_Alloc] = field(default_factory=list)
+    _next: int = 1 << 20
+
+    def alloc(self, nbytes: int, misalign: int = 0) -> int:
+        base = self._next + misalign
+        self.allocs.append(_Alloc(base, bytearray(nbytes)))
+        self._next = (base + nbytes + 4096 + 255) & ~255
+        return base
+
+    def _find(self, addr: int, n: int) -> tuple[bytearray, int]:
+        for a in self.allocs:
+            if a.base <= addr and addr + n <= a.base + len(a.data):
+                return a.data, addr - a.base
+        raise OutOfBounds(f"global access of {n} bytes at {addr:#x} is outside every allocation")
+
+    def read(self, addr: int, n: int) -> bytes:
+        data, off = self._find(addr, n)
+        return bytes(data[off : off + n])
+
+    def write(self, addr: int, raw: bytes) -> None:
+        data, off = self._find(addr, len(raw))
+        data[off : off + len(raw)] = raw
+
+    def view(self, addr: int) -> bytearray:
+        for a in self.allocs:
+            if a.base == addr:
+                return a.data
+        raise KeyError(addr)
+
+
+_TYPE = re.compile(r"^[usbf](8|16|32|64)$")
+
+
+def _bits(t: str) -> int:
+    return int(t[1:])
+
+
+def _to_signed(v: int, bits: int) -> int:
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if v >> (bits - 1) else v
+
+
+def _f32(x: float) -> float:
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+@dataclass
+class _Inst:
+    guard: tuple[str, bool] | None
+    op: list[str]
+    args: list[str]
+    line: int
+
+
+def _split_args(text: str) -> list[str]:
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+class _Program:
+    def __init__(self, source: str, entry: str) -> None:
+        m = re.search(rf"\.entry\s+{re.escape(entry)}\s*\((.*?)\)", source, re.S)
+        if not m:
+            raise ValueError(f"no .entry {entry}")
+        self.params = re.findall(r"\.param\s+\.(\w+)\s+(\w+)", m.group(1))
+        body = source[m.end() :]
+        self.shared: dict[str, tuple[int, int]] = {}
+        offset = 1024  # a reserved window first, as on sm_80+: code must not assume 0
+        for align, name, size in re.findall(
+            r"\.shared\s+\.align\s+(\d+)\s+\.b(?:8|64)\s+(\w+)\[(\d+)\]", body
+        ):
+            elem = 8 if ".b64 " + name in body else 1
+            offset = (offset + int(align) - 1) // int(align) * int(align)
+            self.shared[name] = (offset, int(size) * elem)
+            offset += int(size) * elem
+        self.shared_size = offset
+        self.insts: list[_Inst] = []
+        self.labels: dict[str, int] = {}
+        for lineno, raw in enumerate(body.splitlines(), 1):
+            line = raw.split("//")[0].strip()
+            if not line or line.startswith((".reg", ".shared", ".maxntid", ".minnctapersm", "{", "}")):
+                continue
+            if line.endswith(":"):
+                self.labels[line[:-1]] = len(self.insts)
+                continue
+            line = line.rstrip(";").strip()
+            guard = None
+            if line.startswith("@"):
+                g, line = line.split(None, 1)
+                guard = (g.lstrip("@!").lstrip("%"), g.startswith("@!"))
+            parts = line.split(None, 1)
+            op = parts[0].split(".")
+            args = _split_args(parts[1]) if len(parts) > 1 else []
+            self.insts.append(_Inst(guard, op, args, lineno))
+
+
+class _Thread:
+    def __init__(self, prog, params, tid, ctaid, ntid, nctaid, mem, smem) -> None:
+        self.p = prog
+        self.params = params
+        self.regs: dict[str, object] = {}
+        self.special = {"%tid.x": tid, "%ctaid.x": ctaid, "%ntid.x": ntid, "%nctaid.x": nctaid}
+        self.mem = mem
+        self.smem = smem
+        self.executed = 0
+
+    # operands ---------------------------------------------------------------------
+    def val(self, tok: str, t: str | None = None):
+        tok = tok.strip()
+        if tok in self.special:
+            v = self.special[tok]
+        elif tok.startswith("%"):
+            if tok[1:] not in self.regs:
+                raise RuntimeError(f"read of unset register {tok}")
+            v = self.regs[tok[1:]]
+        elif tok in self.p.shared:
+            v = self.p.shared[tok][0]
+        elif re.fullmatch(r"-?(0x[0-9a-fA-F]+|\d+)", tok):
+            v = int(tok, 0)
+        else:
+            raise RuntimeError(f"operand {tok!r}")
+        if t is None or t == "pred" or t[0] == "f" or isinstance(v, bool):
+            return v
+        bits = _bits(t)
+        return _to_signed(v, bits) if t[0] == "s" else v & ((1 << bits) - 1)
+
+    def set(self, tok: str, v, t: str) -> None:
+        if t == "pred":
+            self.regs[tok[1:]] = bool(v)
+        elif t[0] == "f":
+            self.regs[tok[1:]] = _f32(v)
+        else:
+            self.regs[tok[1:]] = int(v) & ((1 << _bits(t)) - 1)
+
+    def addr(self, tok: str) -> int:
+        inner = tok.strip()[1:-1].strip()
+        if "+" in inner:
+            base, off = inner.split("+")
+            return self.val(base, "u64") + int(off, 0)
+        if inner.startswith("%"):
+            return self.val(inner, "u64")
+        return self.val(inner)
+
+    def regs_of(self, tok: str) -> list[str]:
+        tok = tok.strip()
+        return [r.strip() for r in tok[1:-1].split(",")] if tok.startswith("{") else [tok]
+
+    # memory -----------------------------------------------------------------------
+    def load(self, space: str, addr: int, n: int) -> bytes:
+        if space == "shared":
+            if addr < 0 or addr + n > len(self.smem):
+                raise OutOfBounds(f"shared load of {n} at {addr}")
+            if addr % n and n <= 16:
+                raise RuntimeError(f"misaligned shared load of {n} at {addr}")
+            return bytes(self.smem[addr : addr + n])
+        if addr % n and n <= 16:
+            raise RuntimeError(f"misaligned global load of {n} at {addr:#x}")
+        return self.mem.read(addr, n)
+
+    def store(self, space: str, addr: int, raw: bytes) -> None:
+        n = len(raw)
+        if addr % n and n <= 16:
+            raise RuntimeError(f"misaligned {space} store of {n} at {addr:#x}")
+        if space == "shared":
+            if addr < 0 or addr + n > len(self.smem):
+                raise OutOfBounds(f"shared store of {n} at {addr}")
+            self.smem[addr : addr + n] = raw
+        else:
+            self.mem.write(addr, raw)
+
+    # execution --------------------------------------------------------------------
+    def run(self):
+        insts, labels = self.p.insts, self.p.labels
+        pc = 0
+        while True:
+            if pc >= len(insts):
+                return
+            ins = insts[pc]
+            pc += 1
+            self.executed += 1
+            if self.executed > 5_000_000:
+                raise RuntimeError("runaway thread")
+            if ins.guard is not None:
+                name, negate = ins.guard
+                if bool(self.regs[name]) == negate:
+                    continue
+            op, a = ins.op, ins.args
+            head = op[0]
+            try:
+                if head == "bra":
+                    pc = labels[a[0]]
+                elif head == "ret" or head == "exit":
+                    return
+                elif head == "bar":
+                    yield "bar"
+                else:
+                    self.step(op, a)
+            except (OutOfBounds, RuntimeError, KeyError) as err:
+                raise type(err)(f"line {ins.line}: {'.'.join(op)} {', '.join(a)}: {err}") from None
+
+    def step(self, op: list[str], a: list[str]) -> None:
+        head, t = op[0], op[-1]
+        if head == "ld" or head == "st":
+            space = op[1]
+            vec = 1
+            for q in op:
+                if q in ("v2", "v4"):
+                    vec = int(q[1])
+            n = _bits(t) // 8
+            if head == "ld":
+                if space == "param":
+                    self.set(a[0], self.params[a[1][1:-1]], t)
+                    return
+                dst = self.regs_of(a[0])
+                raw = self.load(space, self.addr(a[1]), n * vec)
+                for i, r in enumerate(dst):
+                    self.set(r, int.from_bytes(raw[i * n : (i + 1) * n], "little"), "u" + t[1:])
+            else:
+                src = self.regs_of(a[1])
+                raw = b"".join((self.val(r, "u" + t[1:])).to_bytes(n, "little") for r in src)
+                self.store(space, self.addr(a[0]), raw)
+        elif head == "cvta":
+            self.set(a[0], self.val(a[1], "u64"), "u64")
+        elif head == "mov":
+            if a[1].startswith("{"):  # pack
+                parts = self.regs_of(a[1])
+                w = 32 // len(parts)
+                v = 0
+                for i, r in enumerate(parts):
+                    v |= self.val(r, f"u{w}") << (w * i)
+                self.set(a[0], v, "u32")
+            elif a[0].startswith("{"):  # unpack
+                parts = self.regs_of(a[0])
+                w = 32 // len(parts)
+                v = self.val(a[1], "u32")
+                for i, r in enumerate(parts):
+                    self.set(r, v >> (w * i), f"u{w}")
+            else:
+                self.set(a[0], self.val(a[1], t), t)
+        elif head in (
+            "add",
+            "sub",
+            "mul",
+            "mad",
+            "div",
+            "rem",
+            "min",
+            "max",
+            "and",
+            "or",
+            "xor",
+            "shl",
+            "shr",
+            "neg",
+        ):
+            if t == "pred":
+                x, y = self.val(a[1], "pred"), self.val(a[2], "pred")
+                self.set(a[0], (x and y) if head == "and" else (x or y), "pred")
+                return
+            if t[0] == "f":
+                x, y = self.val(a[1], t), self.val(a[2], t)
+                self.set(a[0], x * y if head == "mul" else x + y if head == "add" else x - y, t)
+                return
+            signed = t[0] == "s"
+            wide = "wide" in op
+            if head == "neg":
+                self.set(a[0], -self.val(a[1], t), t)
+                return
+            if head in ("shl", "shr"):
+                x, sh = self.val(a[1], t), self.val(a[2], "u32")
+                bits = _bits(t)
+                if head == "shl":
+                    self.set(a[0], 0 if sh >= bits else x << sh, t)
+                else:
+                    if signed:
+                        self.set(a[0], x >> min(sh, bits - 1), t)
+                    else:
+                        self.set(a[0], 0 if sh >= bits else x >> sh, t)
+                return
+            x, y = self.val(a[1], t), self.val(a[2], t)
+            if head == "add":
+                r = x + y
+            elif head == "sub":
+                r = x - y
+            elif head in ("mul", "mad"):
+                r = x * y
+                if head == "mad":
+                    r += self.val(a[3], ("s" if signed else "u") + str(2 * _bits(t)) if wide else t)
+            elif head == "div":
+                r = int(x / y) if signed else x // y
+            elif head == "rem":
+                r = x - int(x / y) * y if signed else x % y
+            elif head == "min":
+                r = min(x, y)
+            elif head == "max":
+                r = max(x, y)
+            elif head == "and":
+                r = x & y
+            elif head == "or":
+                r = x | y
+            else:
+                r = x ^ y
+            self.set(a[0], r, (t[0] + str(2 * _bits(t))) if wide else t)
+        elif head == "setp":
+            cmp_, t = op[1], op[-1]
+            x, y = self.val(a[1], t), self.val(a[2], t)
+            r = {"lt": x < y, "le": x <= y, "gt": x > y, "ge": x >= y, "eq": x == y, "ne": x != y}[cmp_]
+            if len(op) == 4:  # setp.cmp.bool.type
+                c = a[3]
+                cv = not self.val(c[1:], "pred") if c.startswith("!") else self.val(c, "pred")
+                r = (r and cv) if op[2] == "and" else (r or cv)
+            self.set(a[0], r, "pred")
+        elif head == "selp":
+            self.set(a[0], self.val(a[1], t) if self.val(a[3], "pred") else self.val(a[2], t), t)
+        elif head == "cvt":
+            dt, st = op[-2], op[-1]
+            v = self.val(a[1], st)
+            if dt == "f32":
+                self.set(a[0], float(v), "f32")
+            elif st == "f32":  # rzi
+                self.set(a[0], int(v), dt)
+            else:
+                self.set(a[0], v, dt)
+        elif head == "rcp":
+            self.set(a[0], 1.0 / self.val(a[1], "f32"), "f32")
+        elif head == "prmt":
+            x, y, c = self.val(a[1], "u32"), self.val(a[2], "u32"), self.val(a[3], "u32")
+            pool = x | (y << 32)
+            r = 0
+            for i in range(4):
+                sel = (c >> (4 * i)) & 7
+                r |= ((pool >> (8 * sel)) & 0xFF) << (8 * i)
+            self.set(a[0], r, "u32")
+        elif head == "cp" and op[1] == "async":
+            if op[2] in ("commit_group", "wait_group"):
+                return
+            if op[2] == "bulk":  # [dst], [src], size, [mbar]
+                n = self.val(a[2], "u32")
+                raw = self.load("global", self.addr(a[1]), n) if n else b""
+                if n:
+                    self.store("shared", self.addr(a[0]), raw)
+                return
+            n = int(a[2])
+            self.store("shared", self.addr(a[0]), self.load("global", self.addr(a[1]), n))
+        elif head == "mbarrier":
+            if op[1] == "try_wait":
+                self.set(a[0], True, "pred")
+        elif head == "fence":
+            return
+        else:
+            raise RuntimeError(f"unsupported instruction {'.'.join(op)}")
+
+
+def run_kernel(kernel, grid: int, args: dict, mem: Memory) -> int:
+    """Run ``kernel`` (a ProtoKernel) on ``grid`` blocks; returns instructions executed."""
+    prog = _Program(kernel.source, kernel.entry_point_name)
+    total = 0
+    for b in range(grid):
+        smem = bytearray(prog.shared_size)
+        threads = [
+            _Thread(prog, args, t, b, kernel.block_size, grid, mem, smem) for t in range(kernel.block_size)
+        ]
+        gens = [th.run() for th in threads]
+        live = list(range(len(gens)))
+        while live:
+            states = []
+            for i in live:
+                try:
+                    next(gens[i])
+                    states.append(i)
+                except StopIteration:
+                    pass
+            if states and len(states) != len(live):
+                raise RuntimeError("some threads reached bar.sync while others exited")
+            live = states
+        total += sum(th.executed for th in threads)
+    return total

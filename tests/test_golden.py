@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import ptxgen
+from ptxgen.kernels import FastcatTile
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
@@ -27,6 +28,17 @@ CASES = [
     for options in ({}, {"inline": False})
     if not options or dtype == "f32"
 ] + [(cls, "bf16", 256, "sm_80", {}) for cls in ptxgen.KERNELS.values()]
+
+
+# The fast kernels (ptxgen.kernels, not in ptxgen.KERNELS): keyword arguments per instance.
+FAST_CASES = [
+    (FastcatTile, dict(direction="backward", chunks=2, granule=16, loader="regs", target="sm_90")),
+    (
+        FastcatTile,
+        dict(direction="forward", chunks=3, granule=1, whole_rows=False, loader="cp.async", target="sm_80"),
+    ),
+    (FastcatTile, dict(direction="backward", chunks=1, granule=2, unroll=2, loader="bulk", target="sm_90")),
+]
 
 
 def golden_name(cls, dtype, block_size, target, options) -> str:
@@ -51,8 +63,22 @@ def test_emitted_ptx_matches_golden(case, request):
     )
 
 
+@pytest.mark.parametrize("case", FAST_CASES, ids=lambda case: case[0](**case[1]).id)
+def test_fast_kernel_ptx_matches_golden(case, request):
+    cls, kwargs = case
+    kernel = cls(**kwargs)
+    path = GOLDEN / f"{kernel.id}.ptx"
+    if request.config.getoption("--update-golden"):
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(kernel.source)
+        return
+    assert path.exists(), f"{path.name} is missing: run python -m pytest tests/test_golden.py --update-golden"
+    assert kernel.source == path.read_text(), f"{path.name} differs from the emitted PTX"
+
+
 def test_every_shipped_kernel_has_golden_files():  # after the rewrite, when --update-golden
     named = {case[0] for case in CASES}
     assert named == set(ptxgen.KERNELS.values())
     on_disk = {p.name for p in GOLDEN.glob("*.ptx")}
-    assert on_disk == {golden_name(*case) for case in CASES}, "stale or missing golden files"
+    fast = {f"{cls(**kwargs).id}.ptx" for cls, kwargs in FAST_CASES}
+    assert on_disk == {golden_name(*case) for case in CASES} | fast, "stale or missing golden files"

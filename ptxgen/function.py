@@ -442,6 +442,15 @@ class PtxFunction:
                 raise PtxTypeError(f"{where}: a vector operand needs .v{len(operand)} in the opcode")
             self._check_reg(where, operand, want, slot.widen, p.opcode)
             return
+        if isinstance(operand, Vec) and slot.pack:
+            # mov.b32 {%lo, %hi}, %r and back: the parts fill the register exactly, low first.
+            if want[0] != "b" or BITS[operand.type] * len(operand) != BITS[want]:
+                raise PtxTypeError(
+                    f"{where}: {operand} ({len(operand)} x .{operand.type}) does not pack into .{want}"
+                )
+            for reg in operand.regs:
+                self._check_owned(reg, p.opcode)
+            return
         if isinstance(operand, (bool, float)):
             raise PtxTypeError(f"{where}: {operand!r} is no PTX operand")
         if isinstance(operand, Sink):

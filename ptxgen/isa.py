@@ -68,6 +68,7 @@ class Slot:
     sink: bool = False
     special: bool = False  # mov may read %tid.x and friends
     widen: bool = False  # 8-bit values may sit in wider registers
+    pack: bool = False  # mov: a vector of narrower registers packs into / unpacks from this one
 
 
 @dataclass(frozen=True)
@@ -211,6 +212,46 @@ def _bits_compare_equal_only(p: Parsed) -> str | None:
     return None
 
 
+def _float_mul_has_no_mode(p: Parsed) -> str | None:
+    is_float = (p.type or "")[0] == "f"
+    if is_float and p.get("mode"):
+        return f"{p.opcode}: a float multiply takes no .{p.get('mode')}"
+    if not is_float and not p.get("mode"):
+        return f"{p.opcode}: an integer multiply needs .lo, .hi or .wide"
+    return None
+
+
+def _setp_operands(p: Parsed) -> tuple[Slot, ...]:
+    # setp.cmp.bool: the comparison is combined with a fourth, predicate operand.
+    extra = (Slot("r", "pred"),) if p.get("bool") else ()
+    return (Slot("d", "pred"), _S, _S, *extra)
+
+
+_INT_ROUNDING = ("rni", "rzi", "rmi", "rpi")
+_FLOAT_ROUNDING = ("rn", "rz", "rm", "rp")
+
+
+def _cvt_rounding(p: Parsed) -> str | None:
+    """PTX's rule: float -> int takes an integer rounding, int -> float (and a narrowing
+    float -> float) a float rounding; int -> int takes none."""
+    d, a, rnd = p.get("dtype") or "", p.get("atype") or "", p.get("rnd")
+    if d[0] != "f" and a[0] != "f":
+        need: tuple[str, ...] = ()
+    elif d[0] != "f":
+        need = _INT_ROUNDING
+    elif a[0] != "f" or BITS[d] < BITS[a]:
+        need = _FLOAT_ROUNDING
+    else:
+        need = _INT_ROUNDING if d == a else ()
+        if rnd is None or rnd in need:
+            return None  # optional: widening, or rounding a float to an integral float
+    if rnd is None and need:
+        return f"{p.opcode}: .{d}.{a} needs a rounding ({', '.join('.' + r for r in need)})"
+    if rnd is not None and rnd not in need:
+        return f"{p.opcode}: .{rnd} does not apply to .{d}.{a}"
+    return None
+
+
 def _bar_operands(p: Parsed) -> tuple[Slot, ...]:
     # bar.arrive must say how many threads take part; bar.sync may (default: the whole CTA).
     return (_U32, Slot("s", "u32", optional=p.get("op") == "sync"))
@@ -311,8 +352,9 @@ _ROWS: tuple[Family, ...] = (
                 "pred", "b16", "b32", "b64", "b128", "u16", "u32", "u64", "s16", "s32", "s64", "f32", "f64"
             ),
         ),
-        (Slot("d", "T"), Slot("s", "T", special=True)),
-        doc="copy a register, an immediate, a special register or a variable's address",
+        (Slot("d", "T", pack=True), Slot("s", "T", special=True, pack=True)),
+        doc="copy a register, an immediate, a special register or a variable's address; "
+        ".b32/.b64 also pack or unpack a vector of narrower registers ({%lo, %hi})",
     ),
     Family(
         "prefetch",
@@ -335,11 +377,12 @@ _ROWS: tuple[Family, ...] = (
     ),
     Family(
         "mul",
-        (Group("mode", _qs("lo", "hi", "wide"), required=True), _types(*INTS)),
+        (Group("mode", _qs("lo", "hi", "wide")), _types(*INTS, "f32")),
         _mul_operands,
-        rules=(_mul_type,),
-        doc="d = a * b: .lo/.hi half of the product, or .wide the whole of it",
+        rules=(_float_mul_has_no_mode, _mul_type),
+        doc="d = a * b: .lo/.hi half of the product, or .wide the whole of it (integers); .f32 rounds",
     ),
+    Family("neg", (_types("s16", "s32", "s64"),), (_D, _S), doc="d = -a"),
     Family(
         "mad",
         (Group("mode", _qs("lo", "hi", "wide"), required=True), _types(*INTS)),
@@ -387,11 +430,12 @@ _ROWS: tuple[Family, ...] = (
         "setp",
         (
             Group("cmp", _qs("eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs"), required=True),
+            Group("bool", _qs("and", "or", "xor")),
             _types("b16", "b32", "b64", *INTS),
         ),
-        (Slot("d", "pred"), _S, _S),
+        _setp_operands,
         rules=(_bits_compare_equal_only,),
-        doc="p = a <cmp> b",
+        doc="p = a <cmp> b; with .and/.or/.xor: p = (a <cmp> b) <bool> c",
     ),
     Family(
         "selp",
@@ -402,11 +446,24 @@ _ROWS: tuple[Family, ...] = (
     Family(
         "cvt",
         (
-            Group("dtype", tuple(Q(t) for t in ("u8", "u16", "u32", "u64", "s8", "s16", "s32", "s64")), True),
-            Group("atype", tuple(Q(t) for t in ("u8", "u16", "u32", "u64", "s8", "s16", "s32", "s64")), True),
+            Group("rnd", _qs(*_FLOAT_ROUNDING, *_INT_ROUNDING)),
+            Group("dtype", _qs("u8", "u16", "u32", "u64", "s8", "s16", "s32", "s64", "f32", "f64"), True),
+            Group("atype", _qs("u8", "u16", "u32", "u64", "s8", "s16", "s32", "s64", "f32", "f64"), True),
         ),
         (Slot("d", "DT", widen=True), Slot("s", "AT", widen=True)),
-        doc="convert between integer types (zero- or sign-extend, or truncate)",
+        rules=(_cvt_rounding,),
+        doc="convert between integer and float types (extend, truncate, or round as .rnd says)",
+    ),
+    # Floating point
+    Family(
+        "rcp",
+        (
+            Group("mode", _qs("approx", "rn", "rz", "rm", "rp"), required=True),
+            Group("ftz", _qs("ftz")),
+            _types("f32"),
+        ),
+        (_D, Slot("r", "T")),
+        doc="d = 1 / a: .approx is the fast estimate (about 1 ulp), .rn and friends are IEEE",
     ),
     # Control flow
     Family("bra", (Group("uni", (Q("uni"),)),), (Slot("l"),), doc="branch; .uni: every thread takes it"),

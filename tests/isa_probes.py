@@ -42,16 +42,17 @@ class Probe:
         return self.opcode
 
 
-def _candidates(family: isa.Family, group_index: int, choice: isa.Q) -> list[str]:
-    """Opcodes using ``choice`` in its group and one choice of each other required group."""
-    pools = []
+def _candidates(family: isa.Family, group_index: int, choice: isa.Q, optional: bool = False) -> list[str]:
+    """Opcodes using ``choice`` in its group and one choice of each other required group
+    (``optional``: and of each optional group too, or none, for choices that need one)."""
+    pools: list[list[str | None]] = []
     for i, g in enumerate(family.groups):
         if i == group_index:
             pools.append([choice.name])
         elif g.required:
             pools.append([q.name for q in g.choices])
         else:
-            pools.append([None])
+            pools.append([None, *(q.name for q in g.choices)] if optional else [None])
     out = []
     for combo in itertools.product(*pools):
         out.append(".".join([family.opcode, *(c for c in combo if c is not None)]))
@@ -80,16 +81,21 @@ def probes() -> list[Probe]:
     for family in isa.FAMILIES.values():
         wanted = [(i, q) for i, g in enumerate(family.groups) for q in g.choices] or [(-1, None)]
         for index, choice in wanted:
-            options = [family.opcode] if choice is None else _candidates(family, index, choice)
             best = None
-            for opcode in options:
-                try:
-                    probe = _probe_for(opcode)
-                except PtxTypeError:
-                    continue  # a combination the family's rules refuse
-                key = (target_sm(probe.target), isa_key(probe.version))
-                if best is None or key < (target_sm(best.target), isa_key(best.version)):
-                    best = probe
+            # Optional groups stay empty where they can; a choice that needs one of them
+            # (an integer mul needs .lo/.hi/.wide, a float cvt a rounding) gets it.
+            for optional in (False, True):
+                options = [family.opcode] if choice is None else _candidates(family, index, choice, optional)
+                for opcode in options:
+                    try:
+                        probe = _probe_for(opcode)
+                    except PtxTypeError:
+                        continue  # a combination the family's rules refuse
+                    key = (target_sm(probe.target), isa_key(probe.version))
+                    if best is None or key < (target_sm(best.target), isa_key(best.version)):
+                        best = probe
+                if best is not None:
+                    break
             assert best is not None, f"no valid opcode uses {family.opcode} .{choice.name if choice else ''}"
             found.setdefault(best.opcode, best)
     return list(found.values())

@@ -1,5 +1,5 @@
 """The builder ports of the prototype's direct-copy kernels (FastcatFlatCopy, FastcatVec,
-FastcatRowpack) against the prototype (tests/fastcat_proto_ref.py, a frozen copy):
+FastcatRowpack) against the prototype (tests/reference/fastcat_proto.py, a frozen copy):
 
 * for every code path (width, chunk count, direction, layout, load hint, streaming stores,
   unroll, row layouts) on sm_75, sm_80 and sm_90, ptxas makes the same SASS from both;
@@ -15,7 +15,7 @@ import random
 import re
 from concurrent.futures import ThreadPoolExecutor
 
-import fastcat_proto_ref as proto
+from reference import fastcat_proto as proto
 import pytest
 from ptxsim import Memory, run_kernel
 

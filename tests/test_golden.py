@@ -51,6 +51,18 @@ FASTCAT_CASES = [
     ),
     (ptxgen.kernels.FastcatRowpack, {"direction": "backward", "widths": (1, 3), "target": "sm_90"}),
     (ptxgen.kernels.FastcatRowpack, {"direction": "forward", "widths": (3, 5), "target": "sm_75"}),
+    (
+        ptxgen.kernels.FastcatTile,
+        dict(direction="backward", chunks=2, granule=16, loader="regs", target="sm_90"),
+    ),
+    (
+        ptxgen.kernels.FastcatTile,
+        dict(direction="forward", chunks=3, granule=1, whole_rows=False, loader="cp.async", target="sm_80"),
+    ),
+    (
+        ptxgen.kernels.FastcatTile,
+        dict(direction="backward", chunks=1, granule=2, unroll=2, loader="bulk", target="sm_90"),
+    ),
 ]
 
 

@@ -2,6 +2,7 @@
 
 from .channel_cat import BLOCK_SIZES, ChannelCatBackward, ChannelCatForward, check_block_size
 from .fastcat_rowpack import FastcatRowpack, rowpack_rows
+from .fastcat_tile import FastcatTile
 from .fastcat_vec import FastcatFlatCopy, FastcatVec
 
 __all__ = [
@@ -10,6 +11,7 @@ __all__ = [
     "ChannelCatForward",
     "FastcatFlatCopy",
     "FastcatRowpack",
+    "FastcatTile",
     "FastcatVec",
     "check_block_size",
     "rowpack_rows",

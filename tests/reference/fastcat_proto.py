@@ -1,5 +1,6 @@
-"""FROZEN REFERENCE: a copy of the fast-kernel prototype (.wt/proto/fastcat_proto.py), kept only so
-tests/test_fastcat_port.py can prove the builder ports emit the same machine code. Do not edit.
+"""FROZEN REFERENCE: the fast-kernel prototype the builder ports were made from, kept only so
+tests/test_fastcat_port.py and tests/test_fastcat_tile.py can prove the ports emit the same
+machine code (ptxgen/kernels/fastcat_*.py are the kernels). Do not edit.
 
 Fast channel-concat kernels, written as PTX text: a prototype to be ported to the builder.
 

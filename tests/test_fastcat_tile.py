@@ -1,0 +1,256 @@
+"""FastcatTile: the builder port of the prototype's tile kernel (tests/reference/fastcat_proto.py).
+
+* equivalence: for every direction/granule/whole_rows/loader/target the prototype
+  supports (plus chunk counts, unrolls and blocks), both PTX texts assemble to the same
+  SASS (labels, symbol names and comments dropped); no spills, no stack;
+* footprints: the CPU interpreter (tests/ptxsim.py) runs the kernel on small odd
+  problems with every allocation exactly the footprint's size (any access outside one
+  raises), records every global byte touched, and checks the footprint is tight and the
+  bytes moved are right;
+* arguments: the constructor refuses what the prototype refuses, with the same words.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+from ptxsim import Memory, run_kernel
+from reference import fastcat_proto as fc
+
+from ptxgen import toolchain
+from ptxgen.footprint import FootprintError
+from ptxgen.kernels import FastcatTile
+
+TARGETS = ("sm_75", "sm_80", "sm_90")
+
+
+def _configs() -> list[dict]:
+    out = []
+    for direction in ("backward", "forward"):
+        for g in (16, 8, 4, 2, 1):
+            for whole in (True, False):
+                for loader in ("regs", "cp.async", "bulk"):
+                    for target in TARGETS:
+                        kw = dict(direction=direction, chunks=2, granule=g, whole_rows=whole, unroll=2,
+                                  block=64, loader=loader, target=target)  # fmt: skip
+                        try:
+                            fc.tile_kernel(**kw)
+                        except ValueError:
+                            continue
+                        out.append(kw)
+    # chunk counts, unrolls and blocks the planner uses
+    for chunks, unroll, block in ((1, 1, 128), (3, 4, 256), (32, 8, 64), (5, 8, 128)):
+        for direction, loader in (("backward", "regs"), ("forward", "cp.async"), ("backward", "bulk"),
+                                  ("backward", "cp.async"), ("forward", "regs")):  # fmt: skip
+            out.append(dict(direction=direction, chunks=chunks, granule=4, whole_rows=loader == "bulk" or chunks > 3,
+                            unroll=unroll, block=block, loader=loader, target="sm_90"))  # fmt: skip
+    return out
+
+
+CONFIGS = _configs()
+
+
+def _norm(sass: str) -> list[str]:
+    out = []
+    for line in sass.splitlines():
+        line = re.sub(r"/\*[0-9a-f]+\*/", "", line.split("//")[0])
+        line = re.sub(r"`?\(?\.L_x_\d+\)?", "L", line)
+        line = re.sub(r"fastcat_\w+", "K", line).strip()
+        if line and not (line.startswith((".", "/*")) and ":" not in line):
+            out.append(line)
+    return out
+
+
+@pytest.fixture(scope="module")
+def assembled():
+    jobs = []
+    for kw in CONFIGS:
+        jobs += [(FastcatTile(**kw).source, kw["target"]), (fc.tile_kernel(**kw).source, kw["target"])]
+    return toolchain.assemble_many(jobs)
+
+
+@pytest.mark.parametrize("index", range(len(CONFIGS)), ids=lambda i: fc.tile_kernel(**CONFIGS[i]).id)
+def test_same_sass_as_the_prototype(assembled, index):
+    kw = CONFIGS[index]
+    mine, proto = assembled[2 * index], assembled[2 * index + 1]
+    assert not isinstance(mine, Exception), mine
+    assert not isinstance(proto, Exception), proto
+    a, b = _norm(toolchain.disassemble(mine.cubin)), _norm(toolchain.disassemble(proto.cubin))
+    assert len(a) > 100 and a == b
+    (res,) = mine.functions.values()
+    assert res.stack_bytes == res.spill_store_bytes == res.spill_load_bytes == 0, res
+    sass = "\n".join(a)
+    assert re.search(r"(STG|ST)\.E\.128", sass), "16-byte global stores"
+    if kw["loader"] == "regs" or kw["direction"] == "forward":
+        assert re.search(r"LDG\.E\.(CONSTANT\.)?128", sass) or "LDGSTS" in sass
+    if kw["loader"] == "bulk":
+        assert "UBLKCP" in sass
+    elif kw["loader"] == "cp.async":
+        assert "LDGSTS" in sass
+
+
+def test_attributes_match_the_prototype():
+    for kw in CONFIGS:
+        mine, proto = FastcatTile(**kw), fc.tile_kernel(**kw)
+        assert (mine.name, mine.id, mine.arg_names, mine.arg_types) == (
+            proto.name, proto.id, proto.arg_names, proto.arg_types)  # fmt: skip
+        assert (mine.block_size, mine.shared_bytes, mine.info, mine.ptx_version, mine.block) == (
+            proto.block_size, proto.shared_bytes, proto.info, proto.ptx_version, proto.block)  # fmt: skip
+        assert FastcatTile(**kw) is mine  # memoised
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(direction="backward", chunks=1, granule=4, loader="cp.async", target="sm_75"),
+        dict(direction="backward", chunks=1, granule=4, loader="bulk", target="sm_80"),
+        dict(direction="forward", chunks=1, granule=4, loader="bulk"),
+        dict(direction="backward", chunks=1, granule=4, loader="bulk", whole_rows=False),
+        dict(direction="backward", chunks=33, granule=4),
+        dict(direction="backward", chunks=0, granule=4),
+        dict(direction="backward", chunks=1, granule=3),
+        dict(direction="backward", chunks=1, granule=4, unroll=8, block=1024),
+        dict(direction="backward", chunks=1, granule=4, unroll=3),
+        dict(direction="backward", chunks=1, granule=4, block=96),
+        dict(direction="sideways", chunks=1, granule=4),
+        dict(direction="backward", chunks=1, granule=4, loader="tma"),
+    ],
+)
+def test_refuses_what_the_prototype_refuses(kw):
+    with pytest.raises(ValueError) as proto_err:
+        fc.tile_kernel(**kw)
+    with pytest.raises(ValueError) as mine_err:
+        FastcatTile(**kw)
+    assert (
+        str(mine_err.value).split(";")[0].split(" = ")[0]
+        == str(proto_err.value).split(";")[0].split(" = ")[0]
+    )
+
+
+# --------------------------------------------------------------------------- footprints on the interpreter
+
+
+class _Recording(Memory):
+    def __init__(self) -> None:
+        super().__init__()
+        self.touched: list[tuple[int, int, bool]] = []
+
+    def read(self, addr: int, n: int) -> bytes:
+        self.touched.append((addr, n, False))
+        return super().read(addr, n)
+
+    def write(self, addr: int, raw: bytes) -> None:
+        self.touched.append((addr, len(raw), True))
+        super().write(addr, raw)
+
+
+def _granule(row_mod: int, pitch: int, offs, widths, mods) -> int:
+    return min(fc.access_width(row_mod, pitch, o, w, m) for o, w, m in zip(offs, widths, mods))
+
+
+# rows, widths of every chunk of the row, the group (first, last chunk), row address mod 16, chunk mods
+SIM_CASES = [
+    (37, (5, 11, 7), (0, 2), 3, (1, 0, 6)),
+    (9, (120, 8, 3), (1, 1), 5, (0, 9, 3)),
+    (3, (700, 333), (0, 0), 7, (1, 2)),
+    (61, (4, 12), (1, 1), 4, (8, 12)),
+    (300, (1,), (0, 0), 0, (0,)),
+    (17, (16, 32, 48), (0, 2), 0, (0, 0, 0)),
+    (13, (16, 32, 48), (1, 2), 0, (0, 0, 0)),
+    (40, (17, 40, 23), (1, 2), 7, (1, 2, 3)),
+    (1, (3, 5), (0, 1), 13, (3, 5)),
+    (23, (2, 6, 10), (0, 1), 2, (2, 6, 14)),
+]
+
+
+def _sim_jobs():
+    for case in SIM_CASES:
+        _, widths, (first, last), _, _ = case
+        whole = first == 0 and last == len(widths) - 1
+        for direction in ("backward", "forward"):
+            loaders = ["regs", "cp.async"] + (["bulk"] if direction == "backward" and whole else [])
+            for loader in loaders:
+                yield case, direction, loader
+
+
+@pytest.mark.parametrize("case, direction, loader", list(_sim_jobs()))
+def test_footprint_is_exact_and_nothing_outside_is_touched(case, direction, loader):
+    rows, widths, (first, last), row_mod, mods = case
+    pitch = sum(widths)
+    offs = [sum(widths[:k]) for k in range(len(widths))]
+    ids = list(range(first, last + 1))
+    g = _granule(row_mod, pitch, [offs[k] for k in ids], [widths[k] for k in ids], [mods[k] for k in ids])
+    whole = first == 0 and last == len(widths) - 1
+    kernel = FastcatTile(direction=direction, chunks=len(ids), granule=g, whole_rows=whole, unroll=1, block=64,
+                         loader=loader, target="sm_90")  # fmt: skip
+    scalars = {"row_bytes": rows * pitch, "row_pitch": pitch, "rows": rows}
+    for n, k in enumerate(ids):
+        scalars |= {f"chunk{n}_off": offs[k], f"chunk{n}_width": widths[k]}
+    grid = 3
+    fps = {f.arg: f for f in kernel.footprints((grid, 1, 1), kernel.block, scalars)}
+    rng = random.Random(f"{case}{direction}{loader}")
+    mem = _Recording()
+    # Every allocation is exactly the footprint: the interpreter raises on any byte outside.
+    row = mem.alloc(fps["row_ptr"].nbytes, row_mod)
+    chunk_ptrs = [mem.alloc(fps[f"chunk{n}_ptr"].nbytes, mods[k]) for n, k in enumerate(ids)]
+    assert kernel.safe_for(row, chunk_ptrs, [offs[k] for k in ids])
+    backward = direction == "backward"
+    src = [row] if backward else chunk_ptrs
+    for p in src:
+        view = mem.view(p)
+        view[:] = bytes(rng.randrange(256) for _ in range(len(view)))
+    for p in [row] if not backward else chunk_ptrs:
+        mem.view(p)[:] = b"\xa5" * len(mem.view(p))
+    args = {"row_ptr": row, **scalars}
+    for n in range(len(ids)):
+        args[f"chunk{n}_ptr"] = chunk_ptrs[n]
+    run_kernel(kernel, grid, args, mem)
+
+    r = bytes(mem.view(row))
+    for n, k in enumerate(ids):
+        got = bytes(mem.view(chunk_ptrs[n]))
+        want = b"".join(r[i * pitch + offs[k] : i * pitch + offs[k] + widths[k]] for i in range(rows))
+        assert got == want, f"chunk {k}"
+    if not backward:  # bytes of the row outside the group were not written
+        for i in range(rows):
+            for c in range(pitch):
+                pos = i * pitch + c
+                if pos < len(r) and not offs[first] <= c < offs[last] + widths[last]:
+                    assert r[pos] == 0xA5, (i, c)
+    # Tight: the first and last byte of every footprint are touched, and only in the
+    # direction the footprint says.
+    for arg, base in [("row_ptr", row)] + [(f"chunk{n}_ptr", p) for n, p in enumerate(chunk_ptrs)]:
+        fp = fps[arg]
+        hits = [(a - base, n, w) for a, n, w in mem.touched if base <= a < base + fp.nbytes]
+        assert all(a >= 0 and a + n <= fp.nbytes for a, n, _ in hits)
+        if fp.nbytes:
+            # Forward writes of a group start at its first column (row 0); all else at byte 0.
+            lo = offs[first] if arg == "row_ptr" and not backward else 0
+            assert min(a for a, _, _ in hits) == lo and max(a + n for a, n, _ in hits) == fp.nbytes, arg
+            assert {w for _, _, w in hits} == {fp.writes}, arg
+
+
+def test_footprints_refuse_layouts_the_kernel_cannot_do():
+    k = FastcatTile(direction="forward", chunks=2, granule=4, whole_rows=True, unroll=1, block=64)
+    good = {"row_bytes": 10 * 24, "row_pitch": 24, "rows": 10, "chunk0_off": 0, "chunk0_width": 8,
+            "chunk1_off": 8, "chunk1_width": 16}  # fmt: skip
+    assert [f.nbytes for f in k.footprints((1, 1, 1), k.block, good)] == [240, 80, 160]
+    for change, words in (
+        ({"chunk1_off": 12, "row_pitch": 28, "row_bytes": 280}, "adjacent"),
+        ({"chunk1_width": 12}, "whole_rows"),
+        ({"row_bytes": 239}, r"rows \* row_pitch"),
+        ({"chunk0_width": 6, "chunk1_off": 6, "chunk1_width": 18}, "multiple of 4"),
+        ({"chunk1_width": 20}, "row of row_pitch"),
+    ):
+        with pytest.raises(FootprintError, match=words):
+            k.footprints((1, 1, 1), k.block, good | change)
+    with pytest.raises(FootprintError, match="block"):
+        k.footprints((1, 1, 1), (128, 1, 1), good)
+    assert [f.nbytes for f in k.footprints((0, 1, 1), k.block, good)] == [0, 0, 0]
+    assert (
+        not k.safe_for(16, [0, 2], [0, 8])
+        and not k.safe_for(1, [0, 0], [0, 8])
+        and k.safe_for(0, [0, 0], [0, 8])
+    )

@@ -15,9 +15,9 @@ import random
 import re
 from concurrent.futures import ThreadPoolExecutor
 
-from reference import fastcat_proto as proto
 import pytest
 from ptxsim import Memory, run_kernel
+from reference import fastcat_proto as proto
 
 from ptxgen import toolchain
 from ptxgen.footprint import FootprintError

@@ -29,10 +29,10 @@ RECORD = ROOT / "docs" / "sanitizer.json"
 
 # What each tool runs: pytest selections (-k expressions) over the GPU tests.
 SELECTIONS = {
-    "memcheck": "not past_2_to_the_31",
-    # Kernels with shared memory and barriers: the tiled and fused variants and the design example.
-    "racecheck": "tiled or fused or example or split or concat",
-    "synccheck": "tiled or fused or example or split or concat",
+    "memcheck": "every_dtype_and_block_size or split_and_concat or example or odd_shapes",
+    # Kernels with shared memory and barriers: the fused tiles (through the ops) and the example.
+    "racecheck": "bench_shapes or example",
+    "synccheck": "bench_shapes or example",
 }
 _SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
 
@@ -54,9 +54,7 @@ def run_tool(tool: str, sanitizer: str, pytest_args: list[str]) -> dict[str, obj
         "gpu",
         "-p",
         "no:cacheprovider",
-        "-k",
-        SELECTIONS[tool],
-        *pytest_args,
+        *(pytest_args if "-k" in pytest_args else ["-k", SELECTIONS[tool], *pytest_args]),
     ]
     start = time.perf_counter()
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)

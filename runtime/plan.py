@@ -311,7 +311,8 @@ def _fastcat_steps(op: str, problem: Problem | Chunk, traits: DeviceTraits) -> l
     for launch in launches:
         kernel = launch.kernel(target)
         args = launch.args(Ptr(WIDE), pieces, rows, pitch, offs, widths)
-        steps.append(Step(kernel, (launch.grid, 1, 1), kernel.block, tuple(args)))
+        # The kernels stride over their grid: any size does the work, so it may be capped.
+        steps.append(Step(kernel, (min(launch.grid, traits.max_grid_x), 1, 1), kernel.block, tuple(args)))
     return steps
 
 

@@ -12,7 +12,7 @@ from gpu_util import GUARD, first_mismatch, poison_value, random_bits
 
 import ptxgen
 import runtime
-from runtime import ops
+from runtime import ops, plan
 from runtime.interop import KDL_CUDA, to_dlpack_capsule
 
 pytestmark = pytest.mark.gpu
@@ -169,8 +169,10 @@ def test_huge_row_counts(dev, rng):
 
 @pytest.mark.parametrize("dtype", ["u8", "f32", "f64"])
 def test_launches_cut_where_the_grid_would_pass_the_device_limit(dev, rng, monkeypatch, dtype):
-    # Pretend grid.x may not pass 3 CTAs: 50 rows then need many launches, each with its
-    # pointers moved to its first row.
+    # The seed kernel's grid grows with the rows (the fast kernels stride over a grid of
+    # any size): pretend grid.x may not pass 3 CTAs, so 50 rows need many seed launches,
+    # each with its pointers moved to its first row.
+    monkeypatch.setattr(plan, "VARIANTS", [plan.SEED])
     assert len(ops.plan_for("backward", dtype, 50, (1, 299), dev).steps) == 2  # one launch a piece
     small = ops.DeviceTraits(ordinal=dev.ordinal, arch=dev.arch, max_grid_x=3)
     monkeypatch.setattr(ops.DeviceTraits, "of", classmethod(lambda cls, device: small))

@@ -16,7 +16,7 @@ into a poisoned output and the result is compared element by element.
     graph replay:       100 captured launches, replayed; wall time per launch
     peers:              cuda.core launch (same PTX), CuPy RawModule (same PTX), torch
                         dx.copy_(dy.narrow(...)), a Triton kernel doing the same copy,
-                        and runtime.channel_cat_backward(dy, [a, b]) where it exists
+                        and runtime.channel_cat_backward(dy, sizes, out=[a, b])
 
 Writes launch.json ({"us_per_launch": {path: us}, "gpu", "driver", "date", ...}) and
 launch.md (the table, the targets, the ratios to the bare cuda.bindings call) into
@@ -73,7 +73,7 @@ LABELS = {
     "cupy_rawmodule": "CuPy RawModule kernel, same PTX",
     "torch_copy": "torch dx.copy_(dy.narrow(1, off, c))",
     "triton": "Triton kernel, the same copy",
-    "channel_cat_backward_2_outputs": "runtime.channel_cat_backward(dy, [a, b])",
+    "channel_cat_backward_2_outputs": "runtime.channel_cat_backward(dy, sizes, out=[a, b]), torch tensors",
 }
 
 
@@ -363,12 +363,12 @@ def op_peer(torch: Any, cat_backward: Callable, failures: list[str]) -> Callable
     dy = torch.randn(N, C_TOTAL, device="cuda")
     a = torch.empty(N, 12, device="cuda")
     b = torch.empty(N, C_TOTAL - 12, device="cuda")
-    outs = [a, b]
-    cat_backward(dy, outs)
+    outs, sizes, stream = [a, b], [12, C_TOTAL - 12], torch.cuda.current_stream()
+    cat_backward(dy, sizes, 1, out=outs, stream=stream)
     torch.cuda.synchronize()
     if not (torch.equal(a, dy[:, :12]) and torch.equal(b, dy[:, 12:])):
         failures.append("channel_cat_backward_2_outputs: WRONG RESULT")
-    return lambda: cat_backward(dy, outs)
+    return lambda: cat_backward(dy, sizes, 1, out=outs, stream=stream)
 
 
 def graph_replay(dev, fn, kernel, rows, dy, dx, host, args, failures) -> float:

@@ -37,7 +37,9 @@ SELECTIONS = {
 _SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
 
 
-def run_tool(tool: str, sanitizer: str, pytest_args: list[str]) -> dict[str, object]:
+def run_tool(
+    tool: str, sanitizer: str, pytest_args: list[str], timeout: float | None = None
+) -> dict[str, object]:
     command = [
         sanitizer,
         f"--tool={tool}",
@@ -57,19 +59,34 @@ def run_tool(tool: str, sanitizer: str, pytest_args: list[str]) -> dict[str, obj
         *(pytest_args if "-k" in pytest_args else ["-k", SELECTIONS[tool], *pytest_args]),
     ]
     start = time.perf_counter()
-    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    try:
+        run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False, timeout=timeout)
+        output, status = run.stdout + run.stderr, run.returncode
+    except subprocess.TimeoutExpired as expired:
+        out, err = expired.stdout or b"", expired.stderr or b""
+        output = (out.decode() if isinstance(out, bytes) else out) + (
+            err.decode() if isinstance(err, bytes) else err
+        )
+        output += f"\nstopped after {timeout} s: the tests listed above ran to completion under the tool"
+        status = "timeout"
     seconds = time.perf_counter() - start
-    output = run.stdout + run.stderr
     counts = [int(n) for n in _SUMMARY.findall(output)]
     passed = re.search(r"(\d+) passed", output)
+    if passed is None:  # stopped early: count the dots of pytest's progress lines
+        dots = sum(
+            line.split("[")[0].count(".")
+            for line in output.splitlines()
+            if re.fullmatch(r"[.sFEx]+\s*(\[\s*\d+%\])?", line.strip())
+        )
+        passed = re.match(r"(\d+)", str(dots))
     record = {
         "command": " ".join(["compute-sanitizer", *command[1:5], "python", *command[6:]]),
         "errors": sum(counts) if counts else None,
         "tests_passed": int(passed.group(1)) if passed else 0,
-        "exit_status": run.returncode,
+        "exit_status": status,
         "seconds": round(seconds, 1),
     }
-    if (counts and sum(counts)) or run.returncode:
+    if (counts and sum(counts)) or status:
         record["output_tail"] = output[-4000:]
     return record
 
@@ -78,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tools", default="memcheck,racecheck,synccheck")
     p.add_argument("--out", type=Path, default=RECORD)
+    p.add_argument("--timeout", type=float, default=None, help="seconds per tool (partial runs are recorded)")
     args, pytest_args = p.parse_known_args(argv)
     sanitizer = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
     if not Path(sanitizer).exists():
@@ -98,9 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     bad = False
     for tool in args.tools.split(","):
-        result = run_tool(tool, sanitizer, pytest_args)
+        result = run_tool(tool, sanitizer, pytest_args, args.timeout)
         record["tools"][tool] = result  # type: ignore[index]
-        bad |= result["errors"] != 0 or result["exit_status"] != 0
+        bad |= bool(result["errors"]) or result["exit_status"] != 0
         print(f"{tool:<10} errors={result['errors']} tests={result['tests_passed']} "
               f"exit={result['exit_status']} {result['seconds']} s", flush=True)  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)

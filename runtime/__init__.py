@@ -16,7 +16,7 @@ from ._driver import check, driver
 from .device import Device
 from .errors import CudaError, CudaUnavailable, ForkedProcessError, PtxLoadError
 from .graph import Graph, KernelNode
-from .launch import PreparedLaunch
+from .launch import PreparedLaunch, check_int_pointers
 from .layout import ArgumentLayout
 from .memory import DeviceArray
 from .module import Function, Module
@@ -40,6 +40,7 @@ __all__ = [
     "Stream",
     "channel_cat_backward",
     "channel_cat_forward",
+    "check_int_pointers",
     "is_available",
     "unavailable_reason",
 ]

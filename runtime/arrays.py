@@ -10,8 +10,12 @@ torch and CuPy are never imported here: a class is matched against them only whe
 user's value is one of theirs, which means they are already in ``sys.modules``.
 
 Every reader returns ``(address, extent)``: the extent is the bytes from the address
-to the end of the array (None for an int address, which is trusted), so a check of
-what a launch touches is one comparison. Every reader refuses, naming the argument:
+to the end of the array (None for an int address, which carries none: the launcher
+trusts it, or asks the driver with :func:`int_pointer_extent`), so a check of what a
+launch touches is one comparison. An array whose interface names a producer's stream
+(CAI v3; CuPy's current stream) is ordered after it (:func:`runtime.stream.order_after`)
+as it is read, so such a wait may be queued for a launch a later check refuses:
+harmless, nothing is written. Every reader refuses, naming the argument:
 the wrong dtype, another device, host memory, a non-contiguous layout, a read-only
 array for a parameter the kernel writes, an array with no elements, and an address
 that is not a multiple of the element size.
@@ -27,13 +31,15 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from ptxgen.args import Pointer, Scalar
 from ptxgen.dtypes import DType, dtype_from_typestr, resolve_dtype
 
+from ._driver import driver
 from .interop import ArrayInfo, describe
 from .memory import DeviceArray, launch_key
+from .stream import order_after, trust_stream_handle
 
 if TYPE_CHECKING:
     from .device import Device
 
-__all__ = ["PointerParam", "ScalarParam", "pointer_value", "scalar_value"]
+__all__ = ["PointerParam", "ScalarParam", "int_pointer_extent", "pointer_value", "scalar_value"]
 
 _MAX_ADDRESS = (1 << 64) - 1
 
@@ -136,6 +142,50 @@ def _int(param: PointerParam, value: int, stream: int) -> tuple[int, int | None]
     return int(value), None
 
 
+_RANGE_QUERY: list[Any] = [None]  # the attributes int_pointer_extent asks for, made once
+
+
+def int_pointer_extent(param: PointerParam, address: int) -> int:
+    """The bytes from ``address`` to the end of the CUDA allocation holding it, asked of
+    the driver (one ``cuPointerGetAttributes`` call, about 2 µs on an H200 host): what a launch
+    checks an int address against once :func:`runtime.check_int_pointers` is on.
+
+    Address 0 (a null pointer) has an extent of 0, so a launch that touches nothing
+    through it passes. Raises, naming the argument, for an address in no allocation
+    CUDA knows (freed memory, host memory never registered, a made-up number) and for
+    memory of another GPU.
+    """
+    if address == 0:
+        return 0
+    drv = driver()
+    asked = _RANGE_QUERY[0]
+    if asked is None:
+        attr = drv.CUpointer_attribute
+        asked = _RANGE_QUERY[0] = [
+            attr.CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+            attr.CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+            attr.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        ]
+    err, values = drv.cuPointerGetAttributes(3, asked, address)
+    if err:  # no context current on this thread: the query needs one (any: addresses are unified)
+        param.device._activate()
+        err, values = drv.cuPointerGetAttributes(3, asked, address)
+    if err:
+        raise ValueError(f"{param.label}: the driver cannot say what address {address:#x} is ({err!r})")
+    start, size, ordinal = int(values[0]), int(values[1]), int(values[2])
+    if size == 0 or not start <= address < start + size:
+        raise ValueError(
+            f"{param.label}: address {address:#x} is in no CUDA allocation (freed, host memory, or "
+            "not an address); pass a device array or an address inside one"
+        )
+    if ordinal != param.ordinal:
+        raise ValueError(
+            f"{param.label}: address {address:#x} is memory of device {ordinal}, the kernel runs on "
+            f"device {param.ordinal}"
+        )
+    return start + size - address
+
+
 def _bool(param: PointerParam, value: bool, stream: int) -> tuple[int, int | None]:
     raise TypeError(f"{param.label} got a bool")
 
@@ -198,7 +248,7 @@ def _torch_slow(param: PointerParam, value: Any) -> tuple[int, int | None]:
             )
         raise TypeError(f"{label}: {kind} lives on the {where!r} device, not on a CUDA GPU")
     if value.dtype is not param.torch_dtype:
-        dtype = _torch_dtype(value.dtype)
+        dtype = dtype_of_torch(value.dtype)
         spelled = (dtype.typestr if dtype is not None else None) or str(value.dtype)
         raise TypeError(f"{label} got a {kind} of {spelled}" + (f" ({dtype.name})" if dtype else ""))
     if not contiguous:
@@ -217,13 +267,18 @@ def _torch_slow(param: PointerParam, value: Any) -> tuple[int, int | None]:
 _torch_dtypes: dict[Any, DType | None] = {}
 
 
-def _torch_dtype(torch_dtype: Any) -> DType | None:
-    if torch_dtype not in _torch_dtypes:
-        try:
-            _torch_dtypes[torch_dtype] = resolve_dtype(torch_dtype)
-        except (TypeError, ValueError):
-            _torch_dtypes[torch_dtype] = None
-    return _torch_dtypes[torch_dtype]
+def dtype_of_torch(torch_dtype: Any) -> DType | None:
+    """Our dtype for a ``torch.dtype`` (None where we have none), looked up once per dtype."""
+    try:
+        return _torch_dtypes[torch_dtype]
+    except KeyError:
+        pass
+    try:
+        found: DType | None = resolve_dtype(torch_dtype)
+    except (TypeError, ValueError):
+        found = None
+    _torch_dtypes[torch_dtype] = found
+    return found
 
 
 def _cupy_array(param: PointerParam, value: Any, stream: int) -> tuple[int, int | None]:
@@ -247,6 +302,10 @@ def _cupy_array(param: PointerParam, value: Any, stream: int) -> tuple[int, int 
         _refuse_empty(param, type(value).__name__, tuple(value.shape))
     ptr = int(value.data.ptr)
     _check_address(param, ptr)
+    # What CuPy's __cuda_array_interface__ would name: its current stream, a handle CuPy
+    # hands out and so one to trust (0, its null stream, is the legacy default stream).
+    producer = sys.modules["cupy"].cuda.get_current_stream().ptr
+    order_after(param.device, stream, trust_stream_handle(producer) if producer else 1)
     return ptr, value.size * param.itemsize
 
 
@@ -281,6 +340,7 @@ def _generic(param: PointerParam, value: Any, stream: int) -> tuple[int, int | N
     if info.size == 0:
         _refuse_empty(param, type(value).__name__, None)
     _check_address(param, info.ptr)
+    order_after(param.device, stream, info.stream)
     return info.ptr, info.nbytes
 
 

@@ -38,6 +38,15 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def device_of(ordinal: int) -> Device:
+    """``Device(ordinal)`` without taking the lock when it is already open: the ops ask
+    once per call for the device an array lives on."""
+    existing = _instances.get(ordinal)
+    if existing is not None and existing._state == "open":
+        return existing
+    return Device(ordinal)
+
+
 class Device:
     """One GPU. ``Device(0)`` retains its primary context once; ``Device(0)`` again
     returns the same object until it is closed.

@@ -75,6 +75,7 @@ class ArrayInfo:
     shape: tuple[int, ...]  # the extents, row-major
     size: int  # elements
     nbytes: int  # bytes from ptr to the end of a contiguous array (0 where the itemsize is unknown)
+    stream: int | None = None  # CAI v3: the producer's stream, which a consumer must order after
 
 
 def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...] | None, itemsize: int) -> bool:
@@ -99,6 +100,13 @@ def _from_cai(cai: dict[str, Any]) -> ArrayInfo:
     ptr, readonly = cai["data"]
     if cai.get("mask") is not None:
         raise TypeError("masked arrays (__cuda_array_interface__ 'mask') cannot be passed to a kernel")
+    stream = cai.get("stream")
+    if stream is not None:
+        if isinstance(stream, bool) or not isinstance(stream, int) or not 0 <= stream < 1 << 64:
+            raise TypeError(
+                f"__cuda_array_interface__ 'stream' must be None or a stream handle, not {stream!r}"
+            )
+        stream = stream or 1  # v3 forbids 0 for its ambiguity; read it as the legacy default stream
     size = math.prod(shape)
     return ArrayInfo(
         ptr=int(ptr or 0),
@@ -110,6 +118,7 @@ def _from_cai(cai: dict[str, Any]) -> ArrayInfo:
         shape=shape,
         size=size,
         nbytes=size * itemsize,
+        stream=stream,
     )
 
 

@@ -16,7 +16,11 @@ shows it): the parameter count, each argument's fast test from its declared type
 a torch tensor by six attribute reads), the device's limits and the kernel's block as
 literals. A value that fails its fast test goes to the full check in
 :mod:`runtime.arrays`, which accepts it or raises naming the argument. Nothing is
-launched until every check has passed.
+launched until every check has passed (an array that names its producer's stream may
+have queued a wait for it by then: harmless). Where the kernel declares footprints,
+what the launch touches is checked against each array's extent and address, cached per
+grid and block by the scalars; an int address has :data:`UNKNOWN_EXTENT` unless
+:func:`check_int_pointers` asks the driver.
 
 **The buffer.** Values are packed with one ``struct.pack_into`` into a buffer laid out
 by :class:`runtime.layout.ArgumentLayout`; the driver copies it during the call, so a
@@ -33,6 +37,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -40,7 +46,7 @@ from ptxgen.footprint import Footprint, FootprintError
 
 from . import _driver
 from ._driver import _LIBCUDA, driver, raise_error
-from .arrays import PointerParam, ScalarParam, pointer_value, scalar_value
+from .arrays import PointerParam, ScalarParam, int_pointer_extent, pointer_value, scalar_value
 from .errors import ForkedProcessError
 from .layout import ArgumentLayout, ParamBuffer
 from .memory import DeviceArray
@@ -49,7 +55,7 @@ from .stream import Stream, stream_handle
 if TYPE_CHECKING:
     from .device import Device
 
-__all__ = ["BINDINGS", "Binding", "Launcher", "PreparedLaunch", "binding"]
+__all__ = ["BINDINGS", "Binding", "Launcher", "PreparedLaunch", "binding", "check_int_pointers"]
 
 BINDINGS = ("cuda.bindings", "cffi", "ctypes")  # the default order, cheapest call first (measured)
 _ENV = "PTXGEN_LAUNCH_BINDING"
@@ -214,6 +220,36 @@ def _choose_default() -> Binding:
     raise ImportError("no launch binding could be loaded: " + "; ".join(failures))
 
 
+# --- int pointers ---------------------------------------------------------------------
+
+_int_checks = [os.environ.get("PTXGEN_CHECK_INT_POINTERS", "").strip().lower() in ("1", "true", "yes", "on")]
+_launchers: weakref.WeakSet[Launcher] = weakref.WeakSet()
+_launchers_lock = threading.Lock()
+
+
+def check_int_pointers(on: bool) -> bool:
+    """Whether checked launches ask the driver about int addresses; returns the old setting.
+
+    Off by default (``PTXGEN_CHECK_INT_POINTERS=1`` turns it on at import): an int is an
+    address the caller vouches for, checked only for its range and alignment. On, each
+    int pointer argument costs one ``cuPointerGetAttributes`` call (measured in
+    ``docs/perf/launch.md``) and is refused unless it lies in a CUDA allocation on the
+    launch's device with room for what the launch touches (the kernel's footprints).
+    ``prepared.raw`` is never checked. Applies to every function, loaded or not.
+
+    The allocation is the driver's: memory from a caching allocator (torch's, CuPy's
+    pool) is one large block, so an address inside it passes even where no tensor
+    lives, or after the tensor there was freed back to the pool.
+    """
+    if not isinstance(on, bool):
+        raise TypeError(f"check_int_pointers takes True or False, not {on!r}")
+    with _launchers_lock:
+        old, _int_checks[0] = _int_checks[0], on
+        for launcher in list(_launchers):
+            launcher.set_int_checks(on)
+    return old
+
+
 # --- prepared launches ----------------------------------------------------------------
 
 
@@ -244,6 +280,17 @@ class PreparedLaunch(Protocol):
 # closure cells; numbers (limits, ranges, the block) are written in as literals.
 
 _MAX_ADDRESS = (1 << 64) - 1
+UNKNOWN_EXTENT = 1 << 64  # the extent of a trusted int address: more than any launch needs
+
+
+class _FootprintCache(dict):
+    """Per scalar values, what a launch with one grid and block needs of each pointer."""
+
+    __slots__ = ("geometry",)
+
+    def __init__(self, geometry: tuple[int, ...]) -> None:
+        super().__init__()
+        self.geometry = geometry
 
 
 class _Miss:
@@ -254,7 +301,7 @@ class _Miss:
 def _pointer_check(p: PointerParam, indent: str, extents: bool) -> list[str]:
     """The fast test of one pointer argument: ``v<i>`` its address and, where the kernel
     declares footprints (``extents``), ``e<i>`` the bytes from it to the end of the array
-    (None for an int address, which is trusted)."""
+    (:data:`UNKNOWN_EXTENT` for a trusted int address)."""
     i, mask = p.index, p.itemsize - 1
 
     def also(extent: str) -> list[str]:
@@ -264,6 +311,13 @@ def _pointer_check(p: PointerParam, indent: str, extents: bool) -> list[str]:
         f"v{i}, e{i} = SLOW_POINTER(P{i}, a{i}, s)" if extents else f"v{i} = SLOW_POINTER(P{i}, a{i}, s)[0]"
     )
     aligned = [f"{indent}    if v{i} & {mask}:", f"{indent}        {slow}"]
+    nbytes = f"(e{i} := a{i}.nbytes)" if extents else f"a{i}.nbytes"  # 0: empty, the full check says so
+    # An int is trusted unless check_int_pointers() is on: then the driver says where its
+    # allocation ends.
+    asked = f"INT_EXTENT(P{i}, a{i})"
+    int_extent = also(f"{asked} if CHECK_INTS else {UNKNOWN_EXTENT}") if extents else [
+        f"{indent}    if CHECK_INTS:", f"{indent}        {asked}"
+    ]  # fmt: skip
     return [
         f"{indent}c = a{i}.__class__",
         f"{indent}if c is DeviceArray and a{i}.launch_key is K{i}:",
@@ -271,35 +325,31 @@ def _pointer_check(p: PointerParam, indent: str, extents: bool) -> list[str]:
         *also(f"a{i}.nbytes"),
         f"{indent}elif c is int and 0 <= a{i} <= {_MAX_ADDRESS}:",
         f"{indent}    v{i} = a{i}",
-        *also("None"),
+        *int_extent,
         f"{indent}elif (c is TENSOR and a{i}.dtype is TD{i} and a{i}.is_cuda",
-        f"{indent}        and a{i}.get_device() == {p.ordinal} and a{i}.is_contiguous() and a{i}.nbytes):",
+        f"{indent}        and a{i}.get_device() == {p.ordinal} and a{i}.is_contiguous() and {nbytes}):",
         f"{indent}    v{i} = a{i}.data_ptr()",
-        *also(f"a{i}.nbytes"),
         *(aligned if mask else []),
         f"{indent}else:",
         f"{indent}    {slow}",
     ]
 
 
-def _footprint_check(params: Sequence[PointerParam | ScalarParam], indent: str, geometry: str) -> list[str]:
+def _footprint_check(params: Sequence[PointerParam | ScalarParam], indent: str) -> list[str]:
     """After every argument passed its own test: what this launch touches through each
-    pointer (from the kernel's ``footprints``, cached per grid, block and scalars) against
-    each array's extent and address. ``need`` holds, per pointer, bytes needed and an
-    alignment mask."""
+    pointer (from the kernel's ``footprints``) against each array's extent and address.
+    ``fpc`` is the cache of the launch's grid and block, keyed by the scalars; ``need``
+    holds, per pointer, the bytes needed and an alignment mask."""
     pointers = [p for p in params if isinstance(p, PointerParam)]
     scalars = [f"a{p.index}" for p in params if isinstance(p, ScalarParam)]
-    key = ", ".join([geometry, *scalars])
+    key = scalars[0] if len(scalars) == 1 else f"({', '.join(scalars)})"
     unpacked = ", ".join(f"n{p.index}, m{p.index}" for p in pointers)
-    fails = " or ".join(
-        f"(e{p.index} is not None and e{p.index} < n{p.index}) or v{p.index} & m{p.index}" for p in pointers
-    )
+    fails = " or ".join(f"e{p.index} < n{p.index} or v{p.index} & m{p.index}" for p in pointers)
     given = ", ".join(f"v{p.index}, e{p.index}" for p in pointers)
     return [
-        f"{indent}key = ({key})",
-        f"{indent}need = FOOTPRINTS.get(key)",
+        f"{indent}need = fpc.get({key})",
         f"{indent}if need is None:",
-        f"{indent}    need = FOOTPRINT(key)",
+        f"{indent}    need = FOOTPRINT(fpc, {key})",
         f"{indent}{unpacked}{',' if len(pointers) == 1 else ''} = need",
         f"{indent}if {fails}:",
         f"{indent}    FOOTPRINT_FAIL(need, ({given}{',' if len(pointers) == 1 else ''}))",
@@ -317,10 +367,9 @@ def _scalar_checks(group: list[ScalarParam], indent: str) -> list[str]:
     ]
 
 
-def _checks(params: Sequence[PointerParam | ScalarParam], indent: str, footprints: str = "") -> list[str]:
+def _checks(params: Sequence[PointerParam | ScalarParam], indent: str, footprints: bool = False) -> list[str]:
     """One fast test per argument, in parameter order, from its declared type; then, for
-    a kernel that declares footprints, the check of what the launch touches (``footprints``:
-    the expression of the six grid and block ints)."""
+    a kernel that declares footprints, the check of what the launch touches."""
     lines: list[str] = []
     group: list[ScalarParam] = []
     for p in params:
@@ -330,11 +379,11 @@ def _checks(params: Sequence[PointerParam | ScalarParam], indent: str, footprint
         if group:
             lines += _scalar_checks(group, indent)
             group = []
-        lines += _pointer_check(p, indent, bool(footprints))
+        lines += _pointer_check(p, indent, footprints)
     if group:
         lines += _scalar_checks(group, indent)
     if footprints and any(isinstance(p, PointerParam) for p in params):
-        lines += _footprint_check(params, indent, footprints)
+        lines += _footprint_check(params, indent)
     return lines
 
 
@@ -389,7 +438,9 @@ def _unpack(n: int, indent: str) -> list[str]:
     ]
 
 
-def _geometry(block: tuple[int, int, int] | None, device: Device, max_threads: int, ex: bool) -> list[str]:
+def _geometry(
+    block: tuple[int, int, int] | None, device: Device, max_threads: int, ex: bool, footprints: bool
+) -> list[str]:
     """Grid, block, shared memory and stream.
 
     The objects of the last launch are known good: a tuple of ints cannot change, and a
@@ -397,7 +448,8 @@ def _geometry(block: tuple[int, int, int] | None, device: Device, max_threads: i
     is still open); the cache holds them until another launch replaces them. The
     second launch in a row with the same objects builds the ``CUlaunchConfig`` that
     later ones reuse. Other values get the common case as literals (three ints in
-    range, the kernel's block) and anything else the full check.
+    range, the kernel's block) and anything else the full check. Where the kernel
+    declares footprints, ``fpc`` is the footprint cache of the grid and block.
     """
     mg, mb, shm = device.max_grid, device.max_block, device.max_shared_memory_per_block
     tests = [
@@ -419,12 +471,12 @@ def _geometry(block: tuple[int, int, int] | None, device: Device, max_threads: i
             "            if cfg is None:",
             "                gx, gy, gz, bx, by, bz, ns = rest",
             "                cfg = CONFIG(gx, gy, gz, bx, by, bz, shared_mem, ns)",
-            "                LAST = (grid, block, shared_mem, stream, cfg, s, rest)",
+            "                LAST = (grid, block, shared_mem, stream, cfg, s, rest, fpc)",
         ]
     else:
         hit = ["            gx, gy, gz, bx, by, bz, ns = rest"]
     return [
-        "        last_grid, last_block, last_shared, last_stream, cfg, s, rest = LAST",
+        "        last_grid, last_block, last_shared, last_stream, cfg, s, rest, fpc = LAST",
         "        if (grid is last_grid and block is last_block and shared_mem is last_shared",
         "                and stream is last_stream):",
         "            if stream.__class__ is Stream:",
@@ -447,15 +499,18 @@ def _geometry(block: tuple[int, int, int] | None, device: Device, max_threads: i
         "            ns = STREAMS[s]",
         "            cfg = None",
         "            rest = (gx, gy, gz, bx, by, bz, ns)",
+        "            fpc = FOOTPRINTS_AT((gx, gy, gz, bx, by, bz))"
+        if footprints
+        else "            fpc = None",
         "            if grid.__class__ is tuple and block.__class__ is tuple:",
-        "                LAST = (grid, block, shared_mem, stream, None, s, rest)",
+        "                LAST = (grid, block, shared_mem, stream, None, s, rest, fpc)",
     ]
 
 
 _HELPERS = (
     "OPEN, FN, POOL, NEW_BUFFER, PACK, LAUNCH, LAUNCH_EX, CONFIG, RELAUNCH, CLOSED, ORDERED, GEOMETRY,"
     " STREAM_HANDLE, STREAMS, Stream, DeviceArray, TENSOR, SLOW_POINTER, SCALAR, LAST,"
-    " FOOTPRINTS, FOOTPRINT, FOOTPRINT_FAIL"
+    " FOOTPRINTS_AT, FOOTPRINT, FOOTPRINT_FAIL, CHECK_INTS, INT_EXTENT"
 )
 
 
@@ -490,11 +545,8 @@ def _source(
         "        if not OPEN:",
         "            CLOSED()",
         *_unpack(n, "        "),
-        *_geometry(block, device, max_threads, ex),
-        # grid and block as the geometry check left them, in every branch
-        *_checks(
-            params, "        ", "rest[0], rest[1], rest[2], rest[3], rest[4], rest[5]" if footprints else ""
-        ),
+        *_geometry(block, device, max_threads, ex, footprints),
+        *_checks(params, "        ", footprints),
         *_call(checked, returns_tuple, "cfg" if ex else None, "        "),
         "",
         "    def pack(args, stream=0):",
@@ -505,13 +557,14 @@ def _source(
         "",
         "    def prepare(gx, gy, gz, bx, by, bz, shared_mem, s, ns, stream):",
         *(["        CFG = CONFIG(gx, gy, gz, bx, by, bz, shared_mem, ns)"] if ex else []),
+        *(["        fpc = FOOTPRINTS_AT((gx, gy, gz, bx, by, bz))"] if footprints else []),
         "",
         f"        def prepared({names}):",
         "            if not OPEN:",
         "                CLOSED()",
         "            if stream is not None:",
         "                stream.handle  # raises once the Stream is closed",
-        *_checks(params, "            ", "gx, gy, gz, bx, by, bz" if footprints else ""),
+        *_checks(params, "            ", footprints),
         *_call(checked, returns_tuple, "CFG" if ex else None, "            "),
         "",
         f"        def raw({names}):",
@@ -529,7 +582,11 @@ def _source(
         f"        nonlocal {torch_cells}",
         f"        {torch_cells} = {torch_cells.lower()}",
         "",
-        "    return launch, pack, prepare, close, bind_torch",
+        "    def check_ints(on):",
+        "        nonlocal CHECK_INTS",
+        "        CHECK_INTS = on",
+        "",
+        "    return launch, pack, prepare, close, bind_torch, check_ints",
     ]
     return "\n".join(lines) + "\n"
 
@@ -570,7 +627,8 @@ class Launcher:
         )
         ex = binding.launch_kernel_ex is not None
         self._footprints = footprints
-        self._footprint_cache: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self._footprint_caches: dict[tuple[int, ...], _FootprintCache] = {}
+        self._footprint_lock = threading.Lock()
         self.source = _source(
             self.params,
             block,
@@ -590,15 +648,18 @@ class Launcher:
         self._torch_bound = False
         self._is_closed = False
         self._function = binding.function(handle)
-        miss = (_Miss, _Miss, _Miss, _Miss, None, 0, None)  # matches no launch
-        functions = namespace["build"](
-            True, self._function, self._pool, layout.new_buffer, layout.struct.pack_into,
-            self._launch_kernel, binding.launch_kernel_ex, binding.config, self._relaunch, self._closed,
-            ordered, check_geometry, stream_handle, binding.streams, Stream, DeviceArray, _Miss,
-            self._slow_pointer, scalar_value, miss, self._footprint_cache, self._footprint,
-            self._footprint_fail, *constants,
-        )  # fmt: skip
-        self.launch, self.pack, self._prepare, self._close, self._bind_torch = functions
+        miss = (_Miss, _Miss, _Miss, _Miss, None, 0, None, None)  # matches no launch
+        with _launchers_lock:  # no check_int_pointers() call between reading it and registering
+            functions = namespace["build"](
+                True, self._function, self._pool, layout.new_buffer, layout.struct.pack_into,
+                self._launch_kernel, binding.launch_kernel_ex, binding.config, self._relaunch, self._closed,
+                ordered, check_geometry, stream_handle, binding.streams, Stream, DeviceArray, _Miss,
+                self._slow_pointer, scalar_value, miss, self._footprints_at, self._footprint,
+                self._footprint_fail, _int_checks[0], int_pointer_extent, *constants,
+            )  # fmt: skip
+            _launchers.add(self)
+            self._int_checks_on = _int_checks[0]
+        self.launch, self.pack, self._prepare, self._close, self._bind_torch, self._check_ints = functions
         if "torch" in sys.modules:
             self._use_torch()
 
@@ -619,6 +680,14 @@ class Launcher:
         prepared.__doc__ = PreparedLaunch.__doc__
         return prepared
 
+    def set_int_checks(self, on: bool) -> None:
+        """See :func:`check_int_pointers`, which sets this for every launcher (and so
+        overrides what was set here)."""
+        if not isinstance(on, bool):
+            raise TypeError(f"set_int_checks takes True or False, not {on!r}")
+        self._int_checks_on = on
+        self._check_ints(on)
+
     @property
     def closed(self) -> bool:
         return self._is_closed
@@ -632,22 +701,42 @@ class Launcher:
             raise ForkedProcessError(_driver.FORKED_MESSAGE, "fork")
         raise ValueError(f"{self.name}: its module is closed")
 
-    def _slow_pointer(self, param: PointerParam, value: Any, stream: int) -> tuple[int, int | None]:
-        """The full check of a pointer argument (see :mod:`runtime.arrays`): address and extent."""
+    def _slow_pointer(self, param: PointerParam, value: Any, stream: int) -> tuple[int, int]:
+        """The full check of a pointer argument (see :mod:`runtime.arrays`): address and
+        extent (:data:`UNKNOWN_EXTENT` for an int address, unless the driver is asked)."""
         if not self._torch_bound and "torch" in sys.modules:
             self._use_torch()  # torch was imported after this function was resolved
-        return pointer_value(param, value, stream)
+        address, extent = pointer_value(param, value, stream)
+        if extent is None:  # an int, or an integer type such as numpy.uint64
+            extent = int_pointer_extent(param, address) if self._int_checks_on else UNKNOWN_EXTENT
+        return address, extent
 
-    _FOOTPRINT_CACHE = 512  # (grid, block, scalars) entries kept per function
+    _GEOMETRIES = 64  # grid and block pairs whose footprint caches are kept per function
+    _SCALARS = 512  # scalar combinations kept per grid and block
 
-    def _footprint(self, key: tuple[int, ...]) -> tuple[int, ...]:
-        """Per pointer parameter, bytes a launch with ``key`` (grid, block, scalars) touches
-        and the alignment mask its address must clear; raises (naming the scalars) for a
-        launch the kernel cannot make safely."""
+    def _footprints_at(self, geometry: tuple[int, ...]) -> _FootprintCache:
+        """The footprint cache of one grid and block (``(gx, gy, gz, bx, by, bz)``),
+        keyed by the launch's scalars: a launch that repeats its geometry keeps it, so
+        its check is one lookup of a short key."""
+        found = self._footprint_caches.get(geometry)
+        if found is None:
+            with self._footprint_lock:
+                if len(self._footprint_caches) >= self._GEOMETRIES:
+                    self._footprint_caches.clear()
+                found = self._footprint_caches.setdefault(geometry, _FootprintCache(geometry))
+        return found
+
+    def _footprint(self, cache: _FootprintCache, key: Any) -> tuple[int, ...]:
+        """Per pointer parameter, bytes a launch touches and the alignment mask its address
+        must clear, for the geometry of ``cache`` and the scalars ``key`` (one int for a
+        kernel with one scalar, else a tuple); raises (naming the scalars) for a launch
+        the kernel cannot make safely."""
         assert self._footprints is not None
-        scalars = {p.name: v for p, v in zip((q for q in self.params if isinstance(q, ScalarParam)), key[6:])}
+        names = [p.name for p in self.params if isinstance(p, ScalarParam)]
+        values = (key,) if len(names) == 1 else key
+        grid, block = cache.geometry[:3], cache.geometry[3:]
         try:
-            declared = {f.arg: f for f in self._footprints(key[:3], key[3:6], scalars)}
+            declared = {f.arg: f for f in self._footprints(grid, block, dict(zip(names, values)))}
         except FootprintError as err:
             raise ValueError(f"{self.name}: {err}; nothing was launched") from None
         need: list[int] = []
@@ -655,9 +744,9 @@ class Launcher:
             if isinstance(p, PointerParam):
                 f = declared.get(p.name)
                 need += [f.nbytes, f.align - 1] if f is not None and f.nbytes else [0, 0]
-        if len(self._footprint_cache) >= self._FOOTPRINT_CACHE:
-            self._footprint_cache.clear()
-        self._footprint_cache[key] = result = tuple(need)
+        if len(cache) >= self._SCALARS:
+            cache.clear()
+        cache[key] = result = tuple(need)
         return result
 
     def _footprint_fail(self, need: tuple[int, ...], given: tuple[Any, ...]) -> None:
@@ -667,7 +756,7 @@ class Launcher:
             nbytes, mask = need[2 * n], need[2 * n + 1]
             address, extent = given[2 * n], given[2 * n + 1]
             touches = "writes" if p.type.writes else "reads"
-            if extent is not None and extent < nbytes:
+            if extent < nbytes:
                 raise ValueError(
                     f"{p.label}: this launch {touches} {nbytes // p.itemsize} elements ({nbytes} bytes) "
                     f"from it, but the array holds {extent // p.itemsize} ({extent} bytes); "

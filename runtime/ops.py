@@ -18,49 +18,90 @@ from __future__ import annotations
 
 import math
 import operator
+import sys
 import threading
 import weakref
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 from ptxgen.dtypes import DTYPES, DType
 
 from ._driver import driver
-from .device import Device
+from .arrays import dtype_of_torch
+from .device import Device, device_of
 from .interop import describe
 from .memory import DeviceArray
 from .plan import DeviceTraits, Plan, Problem, Ptr, make_plan
-from .stream import stream_handle
+from .stream import order_after, stream_handle
 
 __all__ = ["channel_cat_backward", "channel_cat_forward", "plan_for"]
 
 
-@dataclass(frozen=True)
 class _Array:
-    """What an op needs to know of one array argument."""
+    """What an op needs to know of one array argument (a slotted class: an op reads
+    two or more of these per call, and a frozen dataclass costs several times more)."""
 
-    obj: Any
-    shape: tuple[int, ...]
-    dtype: DType
-    ptr: int
-    readonly: bool
-    device: Device | None  # known for a DeviceArray
-    ordinal: int | None  # known for a DeviceArray and DLPack; CAI does not say
+    __slots__ = ("device", "dtype", "nbytes", "obj", "ordinal", "ptr", "readonly", "shape", "stream")
 
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * self.dtype.itemsize
+    def __init__(
+        self,
+        obj: Any,
+        shape: tuple[int, ...],
+        dtype: DType,
+        ptr: int,
+        readonly: bool,
+        device: Device | None,  # known for a DeviceArray
+        ordinal: int | None,  # known for a DeviceArray, torch and DLPack; CAI does not say
+        nbytes: int,
+        stream: int | None = None,  # CAI v3: the producer's stream, to be ordered after
+    ) -> None:
+        self.obj, self.shape, self.dtype, self.ptr = obj, shape, dtype, ptr
+        self.readonly, self.device, self.ordinal, self.nbytes = readonly, device, ordinal, nbytes
+        self.stream = stream
+
+
+_tensor_class: list[type | None] = [None]  # torch.Tensor, once torch has been imported
+
+
+def _torch_array(value: Any) -> _Array | None:
+    """A CUDA tensor read through torch's own attributes (no interface dict built), or
+    None when it is anything else: the general path then accepts it or says why not."""
+    try:
+        dtype = dtype_of_torch(value.dtype)
+        if dtype is None or not value.is_cuda or not value.is_contiguous():
+            return None
+        # torch.Size is a tuple: kept as it is. A tensor that requires grad counts as
+        # read-only: it may be read, but an op writing it would do so behind autograd.
+        return _Array(
+            value, value.shape, dtype, value.data_ptr(), value.requires_grad, None, value.get_device(),
+            value.nbytes,
+        )  # fmt: skip
+    except Exception:  # a meta, fake or sparse tensor: the general path names the problem
+        return None
 
 
 def _recognise(op: str, what: str, value: Any, stream: int) -> _Array:
     """Read an array argument, or raise naming it and what is accepted."""
-    if type(value) is DeviceArray:
+    cls = value.__class__
+    if cls is DeviceArray:
+        key = value.launch_key  # (device, dtype) while open and not empty
+        if key is not None:
+            device, dtype = key
+            return _Array(
+                value, value.shape, dtype, value.address, False, device, device.ordinal, value.nbytes
+            )
         if value.closed:
             raise ValueError(f"{op}: {what} is a closed DeviceArray")
         return _Array(
-            value, value.shape, DTYPES[value.dtype], value.ptr, False, value.device, value.device.ordinal
+            value, value.shape, DTYPES[value.dtype], 0, False, value.device, value.device.ordinal, 0
         )
+    tensor = _tensor_class[0]
+    if tensor is None and "torch" in sys.modules:
+        tensor = _tensor_class[0] = sys.modules["torch"].Tensor
+    if tensor is not None and (cls is tensor or isinstance(value, tensor)):  # nn.Parameter too
+        found = _torch_array(value)
+        if found is not None:
+            return found
     if value is None or isinstance(value, (int, float, str, bytes, list, tuple)):
         raise TypeError(
             f"{op}: {what} must be a device array (runtime.DeviceArray, or an object with "
@@ -85,7 +126,11 @@ def _recognise(op: str, what: str, value: Any, stream: int) -> _Array:
             f"{op}: {what} is not contiguous; pass a compact row-major array (.contiguous() in "
             "torch, cupy.ascontiguousarray in CuPy)"
         )
-    return _Array(value, tuple(info.shape), info.dtype, info.ptr, info.readonly, None, info.device_id)
+    shape = tuple(info.shape)
+    nbytes = math.prod(shape) * info.dtype.itemsize
+    return _Array(
+        value, shape, info.dtype, info.ptr, info.readonly, None, info.device_id, nbytes, info.stream
+    )
 
 
 def _check_dim(op: str, dim: Any, what: str, shape: tuple[int, ...]) -> int:
@@ -100,7 +145,7 @@ def _check_dim(op: str, dim: Any, what: str, shape: tuple[int, ...]) -> int:
         raise ValueError(f"{op}: {what} is 0-d (shape ()); it needs at least one dim to split or join")
     if not -rank <= dim < rank:
         raise ValueError(
-            f"{op}: dim {dim} is out of range for {what} of rank {rank} (shape {shape}); "
+            f"{op}: dim {dim} is out of range for {what} of rank {rank} (shape {tuple(shape)}); "
             f"accepted: {-rank}..{rank - 1}"
         )
     return dim % rank
@@ -138,25 +183,36 @@ def _check_aligned(op: str, what: str, a: _Array) -> None:
 
 def _check_out(op: str, what: str, a: _Array, shape: tuple[int, ...], dtype: DType, reason: str) -> None:
     if a.shape != shape:
-        raise ValueError(f"{op}: {what} has shape {a.shape}, expected {shape} ({reason})")
+        raise ValueError(f"{op}: {what} has shape {tuple(a.shape)}, expected {tuple(shape)} ({reason})")
     if a.dtype is not dtype:
         raise TypeError(f"{op}: {what} is {a.dtype.name}, expected {dtype.name} (the input's dtype)")
     if a.readonly:
+        if getattr(a.obj, "requires_grad", False):
+            raise ValueError(
+                f"{op}: {what} is a torch tensor that requires grad; the op would write it behind "
+                "autograd's back (pass one that does not, e.g. made under torch.no_grad() or detached)"
+            )
         raise ValueError(f"{op}: {what} is read-only; the op writes it")
     _check_aligned(op, what, a)
 
 
-def _check_no_overlap(op: str, named: Sequence[tuple[str, _Array]], outputs: set[str]) -> None:
+def _check_no_overlap(op: str, named: Sequence[tuple[str, _Array]], first_output: int) -> None:
     """No output may share a byte with an input or with another output (inputs may
-    share memory with each other: they are only read)."""
-    spans = [(name, a.ptr, a.ptr + a.nbytes) for name, a in named if a.nbytes]
-    for i, (name_a, start_a, end_a) in enumerate(spans):
-        for name_b, start_b, end_b in spans[i + 1 :]:
-            if (name_a in outputs or name_b in outputs) and start_a < end_b and start_b < end_a:
+    share memory with each other: they are only read). ``named`` lists the inputs,
+    then the outputs from index ``first_output``; pairs are checked in that order."""
+    count = len(named)
+    for i in range(count):
+        name_a, a = named[i]
+        if not a.nbytes:
+            continue
+        start_a, end_a = a.ptr, a.ptr + a.nbytes
+        for j in range(max(i + 1, first_output), count):
+            name_b, b = named[j]
+            if b.nbytes and start_a < b.ptr + b.nbytes and b.ptr < end_a:
                 raise ValueError(
-                    f"{op}: {name_a} and {name_b} overlap (bytes {max(start_a, start_b):#x}.."
-                    f"{min(end_a, end_b):#x}); an output may not share memory with an input or "
-                    "another output"
+                    f"{op}: {name_a} and {name_b} overlap (bytes {max(start_a, b.ptr):#x}.."
+                    f"{min(end_a, b.ptr + b.nbytes):#x}); an output may not share memory with an "
+                    "input or another output"
                 )
 
 
@@ -179,22 +235,115 @@ def _device_for(op: str, named: Sequence[tuple[str, _Array]]) -> Device:
     where: dict[int, str] = {}
     device = None
     for name, a in named:
+        ordinal = a.ordinal
         if a.device is not None:
             device = a.device
-            ordinal = a.ordinal
-        elif a.ordinal is not None:
-            ordinal = a.ordinal
-        elif a.nbytes and a.ptr:
+        elif ordinal is None:
+            if not (a.nbytes and a.ptr):
+                continue  # an empty array through CAI says nothing
             ordinal = _pointer_ordinal(op, name, a.ptr)
-        else:
-            continue  # an empty array through CAI says nothing
-        where.setdefault(ordinal, name)
+        if ordinal not in where:
+            where[ordinal] = name
     if len(where) > 1:
         listed = ", ".join(f"{name} on device {o}" for o, name in where.items())
         raise ValueError(f"{op}: the arrays live on different devices ({listed}); all must share one")
     if device is not None:
         return device
-    return Device(next(iter(where), 0))
+    return device_of(next(iter(where), 0))
+
+
+# --- what a shape decides, remembered ----------------------------------------------------
+# The checks of dim and sizes and the shapes they give depend on the shapes alone: a
+# model calls an op with the same few shapes again and again, so they are worked out
+# once per shape and looked up after. Only exact ints make a key (a bool compares equal
+# to 1 but is refused, so it always takes the checks).
+
+_SHAPES_KEPT = 4096  # entries per op; past this the table starts over
+
+
+class _Split(NamedTuple):
+    axis: int
+    pieces: tuple[int, ...]  # the sizes, checked
+    out_shapes: tuple[tuple[int, ...], ...]  # each piece's shape
+    rows: int  # the product of the dims before the axis
+    extents: tuple[int, ...]  # each piece's elements per row
+
+
+class _Join(NamedTuple):
+    axis: int
+    pieces: tuple[int, ...]  # each input's extent along the axis
+    shape: tuple[int, ...]  # the result's
+    rows: int
+    extents: tuple[int, ...]
+
+
+_split_shapes: dict[tuple[Any, ...], _Split] = {}
+_join_shapes: dict[tuple[Any, ...], _Join] = {}
+
+
+def _exact_ints(values: Any) -> bool:
+    if values.__class__ is not tuple and values.__class__ is not list:
+        return False
+    for v in values:  # noqa: SIM110 -- a loop is a third of all()'s cost on a few items
+        if v.__class__ is not int:
+            return False
+    return True
+
+
+def _remember(table: dict[tuple[Any, ...], Any], key: tuple[Any, ...] | None, found: Any) -> Any:
+    if key is not None:
+        if len(table) >= _SHAPES_KEPT:
+            table.clear()
+        table[key] = found
+    return found
+
+
+def _split_shape(op: str, shape: tuple[int, ...], sizes: Any, dim: Any) -> _Split:
+    """``dy``'s shape cut into ``sizes`` along ``dim``, or the error naming what is wrong."""
+    key = None
+    if dim.__class__ is int and _exact_ints(sizes):
+        key = (shape, dim, *sizes)
+        found = _split_shapes.get(key)
+        if found is not None:
+            return found
+    axis = _check_dim(op, dim, "dy", shape)
+    pieces = _check_sizes(op, sizes)
+    if sum(pieces) != shape[axis]:
+        raise ValueError(
+            f"{op}: sizes {list(pieces)} sum to {sum(pieces)}, but dy has {shape[axis]} along dim "
+            f"{dim} (shape {tuple(shape)}); they must sum to {shape[axis]}"
+        )
+    inner = math.prod(shape[axis + 1 :])
+    out_shapes = tuple((*shape[:axis], s, *shape[axis + 1 :]) for s in pieces)
+    found = _Split(axis, pieces, out_shapes, math.prod(shape[:axis]), tuple(s * inner for s in pieces))
+    return _remember(_split_shapes, key, found)
+
+
+def _join_shape(op: str, shapes: list[tuple[int, ...]], dim: Any) -> _Join:
+    """The inputs' shapes joined along ``dim``, or the error naming the input whose shape
+    does not fit."""
+    key = None
+    if dim.__class__ is int:
+        key = (dim, *shapes)
+        found = _join_shapes.get(key)
+        if found is not None:
+            return found
+    first = shapes[0]
+    axis = _check_dim(op, dim, "xs[0]", first)
+    for i, shape in enumerate(shapes[1:], 1):
+        same = len(shape) == len(first) and all(
+            x == y for d, (x, y) in enumerate(zip(shape, first)) if d != axis
+        )
+        if not same:
+            raise ValueError(
+                f"{op}: xs[{i}] has shape {tuple(shape)}, xs[0] {tuple(first)}; every dim but dim {axis} "
+                "must match"
+            )
+    pieces = tuple(shape[axis] for shape in shapes)
+    inner = math.prod(first[axis + 1 :])
+    shape = (*first[:axis], sum(pieces), *first[axis + 1 :])
+    found = _Join(axis, pieces, shape, math.prod(first[:axis]), tuple(s * inner for s in pieces))
+    return _remember(_join_shapes, key, found)
 
 
 # --- plans, per device ----------------------------------------------------------------
@@ -208,7 +357,7 @@ class _Compiled:
     def __init__(self, device: Device, plan: Plan) -> None:
         self.plan = plan
         self.steps = [(device.load(s.kernel).function, s) for s in plan.steps]
-        self._prepared: dict[int, list[Any]] = {}
+        self._prepared: dict[int, list[Callable[[Sequence[int]], None]]] = {}
 
     def launch(self, bases: Sequence[int], stream: int) -> None:
         """Launch every step on the stream handle ``stream``, pointers rebased on
@@ -218,23 +367,46 @@ class _Compiled:
             if len(self._prepared) >= self._STREAMS:
                 self._prepared.clear()
             prepared = self._prepared[stream] = [_prepare(fn, step, stream) for fn, step in self.steps]
-        for launch, (_fn, step) in zip(prepared, self.steps):
-            launch(*[bases[a.array] + a.byte_offset if a.__class__ is Ptr else a for a in step.args])
+        for launch in prepared:
+            launch(bases)
 
 
-def _prepare(fn: Any, step: Any, stream: int) -> Any:
-    """The step's launch on the stream handle ``stream``, geometry checked once. The op has
-    checked every array and computed every address and scalar itself, so the launch takes
-    them as trusted ints (``PreparedLaunch.raw``). Streams go as raw handles, so a stream
-    object closed since cannot be launched on by mistake."""
-    return fn.prepare(step.grid, step.block, stream=stream, shared_mem=step.shared_mem).raw
+def _prepare(fn: Any, step: Any, stream: int) -> Callable[[Sequence[int]], None]:
+    """The step's launch on the stream handle ``stream``, geometry checked once, as a
+    function of the arrays' base addresses.
+
+    The op has checked every array and computed every scalar itself, so the launch takes
+    trusted ints (``PreparedLaunch.raw``). Its arguments are written out once as Python
+    source, ``lambda b: raw(b[1], b[-1] + 64, 48, 80)``, so a call does no work beyond
+    the additions. Streams go as raw handles, so a stream object closed since cannot be
+    launched on by mistake."""
+    raw = fn.prepare(step.grid, step.block, stream=stream, shared_mem=step.shared_mem).raw
+    values = []
+    for a in step.args:
+        if a.__class__ is Ptr:
+            values.append(
+                f"b[{int(a.array)}] + {int(a.byte_offset)}" if a.byte_offset else f"b[{int(a.array)}]"
+            )
+        else:
+            values.append(str(int(a)))
+    return eval(f"lambda b: raw({', '.join(values)})", {"raw": raw})  # ints only: nothing to inject
 
 
 _plans: weakref.WeakKeyDictionary[Device, dict[tuple[Any, ...], _Compiled]] = weakref.WeakKeyDictionary()
 _plans_lock = threading.Lock()
 
 
-def _compiled(device: Device, key: tuple[Any, ...], problem: Any) -> _Compiled:
+def _compiled(
+    device: Device,
+    op: str,
+    dtype: DType,
+    rows: int,
+    extents: tuple[int, ...],
+    wide_align: int,
+    aligns: tuple[int, ...],
+) -> _Compiled:
+    """The plan for this problem on ``device``, made and loaded at its first call."""
+    key = (op, dtype.name, rows, extents, wide_align, aligns)
     per_device = _plans.get(device)
     if per_device is not None:
         found = per_device.get(key)
@@ -244,7 +416,8 @@ def _compiled(device: Device, key: tuple[Any, ...], problem: Any) -> _Compiled:
         per_device = _plans.setdefault(device, {})
         found = per_device.get(key)
         if found is None:
-            found = per_device[key] = _Compiled(device, make_plan(problem(), DeviceTraits.of(device)))
+            problem = Problem(op, dtype, rows, extents, wide_align, aligns)
+            found = per_device[key] = _Compiled(device, make_plan(problem, DeviceTraits.of(device)))
         return found
 
 
@@ -273,45 +446,48 @@ def channel_cat_backward(
     op = "channel_cat_backward"
     handle = stream_handle(stream)
     src = _recognise(op, "dy", dy, handle)
-    axis = _check_dim(op, dim, "dy", src.shape)
-    pieces = _check_sizes(op, sizes)
-    shape = src.shape
-    if sum(pieces) != shape[axis]:
-        raise ValueError(
-            f"{op}: sizes {list(pieces)} sum to {sum(pieces)}, but dy has {shape[axis]} along dim "
-            f"{dim} (shape {shape}); they must sum to {shape[axis]}"
-        )
-    _check_aligned(op, "dy", src)
-    out_shapes = [(*shape[:axis], s, *shape[axis + 1 :]) for s in pieces]
-    named = [("dy", src)]
-    outs: list[_Array] = []
-    if out is not None:
-        if isinstance(out, (str, bytes)) or not isinstance(out, Sequence):
-            raise TypeError(f"{op}: out must be a list or tuple of arrays, not {type(out).__name__}")
-        if len(out) != len(pieces):
-            raise ValueError(f"{op}: out has {len(out)} arrays for {len(pieces)} sizes; give one per size")
-        for i, (o, s) in enumerate(zip(out, out_shapes)):
-            a = _recognise(op, f"out[{i}]", o, handle)
-            _check_out(op, f"out[{i}]", a, s, src.dtype, f"dy's shape with {pieces[i]} along dim {axis}")
-            outs.append(a)
-            named.append((f"out[{i}]", a))
-        _check_no_overlap(op, named, {name for name, _ in named[1:]})
-    device = _device_for(op, named)
-
-    inner = math.prod(shape[axis + 1 :])
-    rows = math.prod(shape[:axis])
-    extents = tuple(s * inner for s in pieces)
+    split = _split_shape(op, src.shape, sizes, dim)
     dtype = src.dtype
-    aligns = tuple(a.ptr % 16 for a in outs) if outs else (0,) * len(pieces)  # fresh memory: 256-aligned
-    key = ("backward", dtype.name, rows, extents, src.ptr % 16, aligns)
-    compiled = _compiled(device, key, lambda: Problem("backward", dtype, rows, extents, src.ptr % 16, aligns))
+    if src.nbytes and src.ptr % dtype.itemsize:
+        _check_aligned(op, "dy", src)
+    named = [("dy", src)]
+    if out is not None:
+        if (out.__class__ is not list and out.__class__ is not tuple) and (
+            isinstance(out, (str, bytes)) or not isinstance(out, Sequence)
+        ):
+            raise TypeError(f"{op}: out must be a list or tuple of arrays, not {type(out).__name__}")
+        if len(out) != len(split.pieces):
+            raise ValueError(
+                f"{op}: out has {len(out)} arrays for {len(split.pieces)} sizes; give one per size"
+            )
+        for i, o in enumerate(out):
+            what = f"out[{i}]"
+            a = _recognise(op, what, o, handle)
+            shape = split.out_shapes[i]
+            if (
+                a.shape != shape
+                or a.dtype is not dtype
+                or a.readonly
+                or (a.nbytes and a.ptr % dtype.itemsize)
+            ):
+                reason = f"dy's shape with {split.pieces[i]} along dim {split.axis}"
+                _check_out(op, what, a, shape, dtype, reason)
+            named.append((what, a))
+        _check_no_overlap(op, named, 1)
+    device = _device_for(op, named)
+    for _, a in named:
+        if a.stream is not None:
+            order_after(device, handle, a.stream)
 
+    # the addresses modulo 16 the plan is made for; fresh memory is 256-byte aligned
+    aligns = tuple([a.ptr & 15 for _, a in named[1:]]) if out is not None else (0,) * len(split.pieces)
+    compiled = _compiled(device, "backward", dtype, split.rows, split.extents, src.ptr & 15, aligns)
     if out is None:
-        results: list[Any] = [device.empty(s, dtype) for s in out_shapes]
+        results: list[Any] = [device.empty(s, dtype) for s in split.out_shapes]
         bases = [r.ptr for r in results]
     else:
         results = list(out)
-        bases = [a.ptr for a in outs]
+        bases = [a.ptr for _, a in named[1:]]
     bases.append(src.ptr)  # last, so that Ptr(WIDE == -1) finds it
     compiled.launch(bases, handle)
     return results
@@ -326,47 +502,38 @@ def channel_cat_forward(xs: Sequence[Any], dim: int = 1, *, out: Any = None, str
     """
     op = "channel_cat_forward"
     handle = stream_handle(stream)
-    if isinstance(xs, (str, bytes)) or not isinstance(xs, Sequence):
+    if (xs.__class__ is not list and xs.__class__ is not tuple) and (
+        isinstance(xs, (str, bytes)) or not isinstance(xs, Sequence)
+    ):
         raise TypeError(f"{op}: xs must be a list or tuple of arrays, not {type(xs).__name__}")
     if not xs:
         raise ValueError(f"{op}: xs is empty; give at least one array to concatenate")
-    srcs = [_recognise(op, f"xs[{i}]", x, handle) for i, x in enumerate(xs)]
-    first = srcs[0]
-    axis = _check_dim(op, dim, "xs[0]", first.shape)
-    for i, a in enumerate(srcs[1:], 1):
-        if a.dtype is not first.dtype:
-            raise TypeError(f"{op}: xs[{i}] is {a.dtype.name}, xs[0] is {first.dtype.name}; all must match")
-        same = len(a.shape) == len(first.shape) and all(
-            x == y for d, (x, y) in enumerate(zip(a.shape, first.shape)) if d != axis
-        )
-        if not same:
-            raise ValueError(
-                f"{op}: xs[{i}] has shape {a.shape}, xs[0] {first.shape}; every dim but dim {axis} must match"
-            )
-    for i, a in enumerate(srcs):
-        _check_aligned(op, f"xs[{i}]", a)
-    pieces = tuple(a.shape[axis] for a in srcs)
-    shape = (*first.shape[:axis], sum(pieces), *first.shape[axis + 1 :])
-    named = [(f"xs[{i}]", a) for i, a in enumerate(srcs)]
+    named = [(f"xs[{i}]", _recognise(op, f"xs[{i}]", x, handle)) for i, x in enumerate(xs)]
+    dtype = named[0][1].dtype
+    for what, a in named:
+        if a.dtype is not dtype:
+            raise TypeError(f"{op}: {what} is {a.dtype.name}, xs[0] is {dtype.name}; all must match")
+    join = _join_shape(op, [a.shape for _, a in named], dim)
+    for what, a in named:
+        if a.nbytes and a.ptr % dtype.itemsize:
+            _check_aligned(op, what, a)
     dst = None
     if out is not None:
         dst = _recognise(op, "out", out, handle)
-        _check_out(op, "out", dst, shape, first.dtype, f"the inputs joined along dim {axis}")
+        _check_out(op, "out", dst, join.shape, dtype, f"the inputs joined along dim {join.axis}")
         named.append(("out", dst))
-        _check_no_overlap(op, named, {"out"})
+        _check_no_overlap(op, named, len(named) - 1)
     device = _device_for(op, named)
+    for _, a in named:
+        if a.stream is not None:
+            order_after(device, handle, a.stream)
 
-    inner = math.prod(shape[axis + 1 :])
-    rows = math.prod(shape[:axis])
-    extents = tuple(s * inner for s in pieces)
-    dtype = first.dtype
-    aligns = tuple(a.ptr % 16 for a in srcs)
-    wide_align = dst.ptr % 16 if dst is not None else 0
-    key = ("forward", dtype.name, rows, extents, wide_align, aligns)
-    compiled = _compiled(device, key, lambda: Problem("forward", dtype, rows, extents, wide_align, aligns))
-
-    result = device.empty(shape, dtype) if out is None else out
-    bases = [a.ptr for a in srcs]
-    bases.append(result.ptr if out is None else dst.ptr)  # last: Ptr(WIDE == -1)
+    inputs = len(join.pieces)
+    aligns = tuple([a.ptr & 15 for _, a in named[:inputs]])
+    wide_align = dst.ptr & 15 if dst is not None else 0  # fresh memory is 256-byte aligned
+    compiled = _compiled(device, "forward", dtype, join.rows, join.extents, wide_align, aligns)
+    result = device.empty(join.shape, dtype) if dst is None else out
+    bases = [a.ptr for _, a in named[:inputs]]
+    bases.append(result.ptr if dst is None else dst.ptr)  # last: Ptr(WIDE == -1)
     compiled.launch(bases, handle)
     return result

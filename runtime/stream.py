@@ -11,7 +11,7 @@ from ._driver import check, driver
 if TYPE_CHECKING:
     from .device import Device
 
-__all__ = ["Event", "Stream", "stream_handle", "trust_stream_handle"]
+__all__ = ["Event", "Stream", "order_after", "stream_handle", "trust_stream_handle"]
 
 
 # Stream handles a launch may use. A CUstream is a pointer the driver dereferences: an
@@ -165,6 +165,45 @@ def _destroy_stream(device: Device, handle: Any) -> None:
     if device._closing_or_open():
         device._activate()
         check("cuStreamDestroy", driver().cuStreamDestroy(handle))
+
+
+def _same_stream(a: int, b: int) -> bool:
+    # 0 and 1 both name the legacy default stream (CAI and DLPack spell it 1).
+    return a == b or (a in (0, 1) and b in (0, 1))
+
+
+def order_after(device: Device, consumer: int, producer: int | None) -> None:
+    """Make work queued next on ``consumer`` wait for what is queued now on ``producer``
+    (stream handles), as ``__cuda_array_interface__`` v3 asks of whoever consumes an
+    array that names a stream. ``device``'s context is made current.
+
+    - ``None`` (the producer asks for nothing) or the same stream: nothing to do.
+    - ``consumer`` being captured into a graph: nothing is done. An event from outside
+      the capture cannot join it, and a graph's replays are ordered by the stream the
+      graph is launched on.
+    - a handle the runtime knows (:func:`trust_stream_handle`; CuPy's streams are
+      vouched for when read): an event recorded there, waited on by ``consumer``, no
+      host synchronization.
+    - any other handle: the driver would dereference it, and a made-up one would crash
+      the process, so the host waits for the whole device instead (``cuCtxSynchronize``):
+      slower, never wrong. Vouch for a producer's handle to get the event.
+    """
+    if producer is None or _same_stream(consumer, producer):
+        return
+    drv = driver()
+    device._activate()
+    if int(check("cuStreamIsCapturing", drv.cuStreamIsCapturing(consumer))):  # 0: not capturing
+        return
+    if producer not in _known_streams:
+        check("cuCtxSynchronize", drv.cuCtxSynchronize())
+        return
+    flags = int(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+    event = check("cuEventCreate", drv.cuEventCreate(flags))
+    try:
+        check("cuEventRecord", drv.cuEventRecord(event, producer))
+        check("cuStreamWaitEvent", drv.cuStreamWaitEvent(consumer, event, 0))
+    finally:
+        drv.cuEventDestroy(event)  # the wait keeps what it needs; a failure above is the one to report
 
 
 class Event:

@@ -61,6 +61,7 @@ LABELS = {
     "prepared_device_array": "prepared(...), DeviceArray",
     "prepared_torch": "prepared(...), torch tensors",
     "checked_int": "Function.launch, int pointers",
+    "checked_int_driver": "Function.launch, int pointers checked by the driver (check_int_pointers)",
     "checked_device_array": "Function.launch, DeviceArray",
     "checked_torch": "Function.launch, torch tensors",
     "checked_device_array_new_grid": "Function.launch, DeviceArray, kernel.grid()/block computed per launch",
@@ -74,6 +75,9 @@ LABELS = {
     "torch_copy": "torch dx.copy_(dy.narrow(1, off, c))",
     "triton": "Triton kernel, the same copy",
     "channel_cat_backward_2_outputs": "runtime.channel_cat_backward(dy, sizes, out=[a, b]), torch tensors",
+    "channel_cat_backward_2_outputs_device_array": (
+        "runtime.channel_cat_backward(dy, sizes, out=[a, b]), DeviceArrays"
+    ),
 }
 
 
@@ -201,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     launch = fn.launch
     paths["checked_int"] = lambda: launch(grid, block, ints, stream=stream)
     paths["checked_device_array"] = lambda: launch(grid, block, arrays, stream=stream)
+    driver_checked = fn.make_launcher()  # a launcher of its own: the others keep trusting ints
+    driver_checked.set_int_checks(True)
+    paths["checked_int_driver"] = lambda: driver_checked.launch(grid, block, ints, stream=stream)
     paths["checked_device_array_new_grid"] = lambda: launch(
         kernel.grid(N, CHUNK), kernel.block, arrays, stream=stream
     )
@@ -253,6 +260,15 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as err:
             notes["triton"] = f"not measured: {type(err).__name__}: {err}"
     cat_backward = getattr(runtime, "channel_cat_backward", None)
+    if cat_backward is not None:
+        try:
+            paths["channel_cat_backward_2_outputs_device_array"] = op_device_arrays(
+                dev, stream, cat_backward, failures
+            )
+        except Exception as err:
+            notes["channel_cat_backward_2_outputs_device_array"] = (
+                f"not measured: {type(err).__name__}: {err}"
+            )
     if cat_backward is not None and torch is not None:
         try:
             paths["channel_cat_backward_2_outputs"] = op_peer(torch, cat_backward, failures)
@@ -371,6 +387,19 @@ def op_peer(torch: Any, cat_backward: Callable, failures: list[str]) -> Callable
     return lambda: cat_backward(dy, sizes, 1, out=outs, stream=stream)
 
 
+def op_device_arrays(dev: Any, stream: Any, cat_backward: Callable, failures: list[str]) -> Callable:
+    """The high-level op with two outputs, on DeviceArrays and a runtime.Stream."""
+    host = np.random.default_rng().standard_normal((N, C_TOTAL)).astype(np.float32)
+    dy = dev.to_device(host)
+    a, b = dev.empty((N, 12), "f32"), dev.empty((N, C_TOTAL - 12), "f32")
+    outs, sizes = [a, b], [12, C_TOTAL - 12]
+    cat_backward(dy, sizes, 1, out=outs, stream=stream)
+    stream.synchronize()
+    if not (np.array_equal(a.to_numpy(), host[:, :12]) and np.array_equal(b.to_numpy(), host[:, 12:])):
+        failures.append("channel_cat_backward_2_outputs_device_array: WRONG RESULT")
+    return lambda: cat_backward(dy, sizes, 1, out=outs, stream=stream)
+
+
 def graph_replay(dev, fn, kernel, rows, dy, dx, host, args, failures) -> float:
     """Wall microseconds per launch of a graph of 100 captured launches over ``rows`` rows."""
     want = host[:rows, OFFSET : OFFSET + CHUNK]
@@ -416,6 +445,7 @@ TARGETS = [
     ("checked_device_array", 1.15),
     ("checked_torch", 1.30),
     ("channel_cat_backward_2_outputs", 1.5),
+    ("channel_cat_backward_2_outputs_device_array", 1.5),
 ]
 GRAPH_TARGET_US = 1.2
 

@@ -114,16 +114,24 @@ def main(argv: list[str] | None = None) -> int:
                 "gpu",
                 "-q",
                 f"--junitxml={report}",
+                "-o",
+                "junit_family=xunit1",  # keeps the figures tests record with record_property
                 *pytest_args,
             ],
             cwd=ROOT,
             check=False,
         )
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        figures: dict[str, dict[str, str]] = {}
         if report.exists():
-            for suite in ET.parse(report).getroot().iter("testsuite"):
+            root = ET.parse(report).getroot()
+            for suite in root.iter("testsuite"):
                 for key in counts:
                     counts[key] += int(suite.get(key, 0))
+            for case in root.iter("testcase"):
+                found = {p.get("name", ""): p.get("value", "") for p in case.iter("property")}
+                if found:
+                    figures[case.get("name", "")] = found
     failed = counts["failures"] + counts["errors"]
     record = {
         "tree": tree,
@@ -134,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         "python": sys.version.split()[0],
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "pytest_exit_status": run.returncode,
+        "figures": figures,  # what tests measured (record_property): leaks, threads, fuzz cases
     }
     if tree_hash() != tree:
         print("gpu_check: the tree changed while the tests ran; not writing a record", file=sys.stderr)

@@ -28,6 +28,21 @@ def dev():
     return runtime.Device(0)
 
 
+@pytest.fixture(scope="session")
+def torch(dev):
+    """torch, where it is installed and sees the GPU (else the test is skipped)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch cannot see the GPU")
+    return torch
+
+
+@pytest.fixture(scope="session")
+def cupy(dev):
+    """CuPy, where it is installed (else the test is skipped)."""
+    return pytest.importorskip("cupy")
+
+
 # A kernel written by hand, to show the protocol is not tied to ptxgen's classes.
 FILL_PTX = """\
 .version 6.3

@@ -11,19 +11,6 @@ import runtime
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(scope="module")
-def torch(dev):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch cannot see the GPU")
-    return torch
-
-
-@pytest.fixture(scope="module")
-def cupy(dev):
-    return pytest.importorskip("cupy")
-
-
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16", "i64", "u8"])
 def test_backward_on_torch_tensors(dev, torch, dtype):
     tdt = getattr(torch, ptxgen.resolve_dtype(dtype).numpy_name)
@@ -85,3 +72,78 @@ def test_dlpack_export_keeps_memory_alive(dev, torch):
 
     gc.collect()
     assert t.data_ptr() == ptr and t.cpu().tolist() == list(range(10))
+
+
+class StreamNamingArray:
+    """A torch tensor re-exported through ``__cuda_array_interface__`` v3, naming the
+    stream its pending writes are queued on."""
+
+    def __init__(self, tensor, stream_handle):
+        self.tensor = tensor
+        self.__cuda_array_interface__ = dict(tensor.__cuda_array_interface__, version=3, stream=stream_handle)
+
+
+def test_an_array_naming_its_stream_is_read_after_the_producer_wrote_it(dev, torch):
+    """The producer's stream sleeps ~50 ms and then fills dy; launches on another stream
+    must wait for it (CAI v3's stream key), through the op and through Function.launch,
+    by an event where the handle is vouched for and by the device otherwise."""
+    k = ptxgen.ChannelCatBackward("f32", 128)
+    fn = dev.load(k).function
+    for how, vouched in (("op", False), ("launch", False), ("op", True), ("launch", True)):
+        dy = torch.zeros((2048, 64), device="cuda")
+        torch.cuda.synchronize()
+        producer = torch.cuda.Stream()
+        if vouched:
+            runtime.stream.trust_stream_handle(producer.cuda_stream)
+        with torch.cuda.stream(producer):
+            torch.cuda._sleep(100_000_000)
+            dy.fill_(3.0)
+        wrapped = StreamNamingArray(dy, producer.cuda_stream)
+        with runtime.Stream(dev) as consumer:
+            if how == "op":
+                got = runtime.channel_cat_backward(wrapped, [16, 48], stream=consumer)[1]
+            else:
+                got = dev.empty((2048, 48), "f32")
+                fn.launch(k.grid(2048, 48), k.block, (wrapped, got, 48, 64, 16), stream=consumer)
+            consumer.synchronize()
+        assert (got.to_numpy() == 3.0).all(), (how, vouched)
+        torch.cuda.synchronize()
+
+
+def test_an_array_naming_its_stream_can_be_captured_into_a_graph(dev, torch):
+    """During capture nothing is ordered (an outside event cannot join a graph): the
+    launch is captured and the replay is right."""
+    k = ptxgen.ChannelCatBackward("f32", 128)
+    fn = dev.load(k).function
+    dy = torch.arange(64 * 32, device="cuda", dtype=torch.float32).reshape(64, 32)
+    producer = torch.cuda.Stream()
+    runtime.stream.trust_stream_handle(producer.cuda_stream)
+    torch.cuda.synchronize()
+    dx = dev.empty((64, 16), "f32").fill_bytes(0xA5)
+    pieces = [dev.empty((64, 8), "f32").fill_bytes(0xA5), dev.empty((64, 24), "f32").fill_bytes(0xA5)]
+    dev.synchronize()
+    named = StreamNamingArray(dy, producer.cuda_stream)
+    with runtime.Stream(dev) as stream:
+        with runtime.Graph(stream) as graph:
+            fn.launch(k.grid(64, 16), k.block, (named, dx, 16, 32, 8), stream=stream)
+            runtime.channel_cat_backward(named, [8, 24], out=pieces, stream=stream)
+        assert len(graph.kernel_nodes) >= 2
+        graph.launch()
+        stream.synchronize()
+        graph.close()
+    want = dy.cpu().numpy()
+    assert np.array_equal(dx.to_numpy(), want[:, 8:24])
+    assert np.array_equal(pieces[0].to_numpy(), want[:, :8]) and np.array_equal(
+        pieces[1].to_numpy(), want[:, 8:]
+    )
+
+
+def test_cupy_arrays_are_ordered_after_cupys_current_stream(dev, cupy):
+    x = cupy.zeros((512, 32), dtype=cupy.float32)
+    k = ptxgen.ChannelCatBackward("f32", 128)
+    dx = dev.empty((512, 8), "f32")
+    with cupy.cuda.Stream(non_blocking=True):
+        x += 5  # queued on CuPy's current stream, which the launch's stream does not follow by itself
+        dev.load(k).function.launch(k.grid(512, 8), k.block, (x, dx, 8, 32, 3))
+    dev.synchronize()
+    assert (dx.to_numpy() == 5).all()

@@ -22,19 +22,6 @@ K = ptxgen.ChannelCatBackward("f32", 128)
 N, C_TOTAL, CHUNK, OFFSET = 37, 29, 13, 7  # odd sizes: a partial block per row
 
 
-@pytest.fixture(scope="module")
-def torch(dev):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch cannot see the GPU")
-    return torch
-
-
-@pytest.fixture(scope="module")
-def cupy(dev):
-    return pytest.importorskip("cupy")
-
-
 def extremes(t) -> list[int]:
     if t.is_pointer:
         return [0, (1 << 64) - 1, 0x7F00_DEAD_BEE0]
@@ -357,3 +344,44 @@ def test_torch_graph_capture_records_our_launch(dev, torch):
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(dx, dy[:, OFFSET : OFFSET + CHUNK])
+
+
+def test_int_pointers_checked_by_the_driver_when_asked(dev):
+    """runtime.check_int_pointers(True): an int address must lie in a live allocation on
+    the launch's device with room for what the launch touches."""
+    rng = np.random.default_rng()
+    drv = runtime.driver()
+    fn = dev.load(K).function
+    bits = random_bits(rng, (N, C_TOTAL), "f32")
+    dy = dev.to_device(bits, dtype="f32")
+    dx = dev.empty((N, CHUNK), "f32").fill_bytes(0xA5)
+    freed = dev.empty((N, CHUNK), "f32")
+    freed_ptr = freed.ptr
+    freed.close()
+
+    def end_of(array) -> int:  # where the driver says the allocation ends (it may round up)
+        base, size = runtime.check("cuMemGetAddressRange", drv.cuMemGetAddressRange(array.ptr))
+        return int(base) + int(size)
+
+    grid, args = K.grid(N, CHUNK), (dy.ptr, dx.ptr, CHUNK, C_TOTAL, OFFSET)
+    need_dy, need_dx = (N - 1) * C_TOTAL + OFFSET + CHUNK, N * CHUNK  # the seed's footprints
+    old = runtime.check_int_pointers(True)
+    try:
+        fn.launch(grid, K.block, args)
+        fn.prepare(grid, K.block)(*args)
+        for bad, message in [
+            ((dy.ptr, end_of(dx) - 4 * (need_dx - 1), CHUNK, C_TOTAL, OFFSET),
+             f"writes {need_dx} elements .* but the array holds {need_dx - 1} "),
+            ((end_of(dy) - 4 * (need_dy - 1), dx.ptr, CHUNK, C_TOTAL, OFFSET),
+             f"reads {need_dy} elements .* but the array holds {need_dy - 1} "),
+            ((0x7F00_DEAD_BEE0, dx.ptr, CHUNK, C_TOTAL, OFFSET), "address 0x7f00deadbee0 is in no CUDA allocation"),
+        ]:  # fmt: skip
+            with pytest.raises(ValueError, match=message):
+                fn.launch(grid, K.block, bad)
+        if freed_ptr not in (dy.ptr, dx.ptr):  # the allocator may hand the address out again
+            with pytest.raises(ValueError, match="in no CUDA allocation"):
+                fn.launch(grid, K.block, (dy.ptr, freed_ptr, CHUNK, C_TOTAL, OFFSET))
+    finally:
+        runtime.check_int_pointers(old)
+    dev.synchronize()
+    assert np.array_equal(dx.to_numpy(bits=True), bits[:, OFFSET : OFFSET + CHUNK])

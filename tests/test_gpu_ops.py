@@ -220,14 +220,6 @@ def test_random_round_trips(dev):
 # --- other libraries' arrays ---------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def torch(dev):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch cannot see the GPU")
-    return torch
-
-
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16", "i64", "u8"])
 def test_torch_tensors_in_and_out(dev, torch, dtype):
     tdt = getattr(torch, ptxgen.resolve_dtype(dtype).numpy_name)
@@ -256,6 +248,30 @@ def test_torch_tensors_in_and_out(dev, torch, dtype):
         runtime.channel_cat_backward(dy.transpose(0, 1), (5, 5), 0)
     with pytest.raises(TypeError, match=r"host \(CPU\)"):
         runtime.channel_cat_forward([dy.cpu()], dim)
+
+
+def test_torch_parameters_and_tensors_that_require_grad(dev, torch):
+    """The ops work on memory, below autograd: a parameter or a tensor that requires grad
+    is read as any tensor is (torch's own interfaces refuse to export them), and refused
+    as an output."""
+    dy = torch.nn.Parameter(torch.randn(8, 12, device="cuda"))
+    a, b = runtime.channel_cat_backward(dy, [5, 7], 1)
+    torch.cuda.synchronize()
+    assert torch.equal(torch.from_dlpack(a), dy.detach()[:, :5])
+    assert torch.equal(torch.from_dlpack(b), dy.detach()[:, 5:])
+    x = torch.randn(8, 3, device="cuda", requires_grad=True)
+    y = runtime.channel_cat_forward([x, dy], 1)
+    torch.cuda.synchronize()
+    assert torch.equal(torch.from_dlpack(y), torch.cat([x, dy], 1).detach())
+    # written outputs must not require grad: autograd would not see the write
+    out = torch.zeros(8, 15, device="cuda", requires_grad=True)
+    with pytest.raises(ValueError, match=r"out is a torch tensor that requires grad"):
+        runtime.channel_cat_forward([x, dy], 1, out=out)
+    with pytest.raises(ValueError, match=r"out\[1\] is a torch tensor that requires grad"):
+        outs = [torch.empty(8, 5, device="cuda"), torch.zeros(8, 7, device="cuda", requires_grad=True)]
+        runtime.channel_cat_backward(dy, [5, 7], 1, out=outs)
+    torch.cuda.synchronize()
+    assert not out.detach().any()
 
 
 def test_cupy_arrays_in_and_out(dev):

@@ -201,17 +201,19 @@ print(json.dumps(seen))
 """
 
 
-def test_fuzzed_arguments_never_crash_the_process():
+def test_fuzzed_arguments_never_crash_the_process(record_property):
     run = subprocess.run([sys.executable, "-c", FUZZ], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, f"exit {run.returncode}: {run.stderr[-3000:]}"
     seen = json.loads(run.stdout.strip().splitlines()[-1])
+    record_property("fuzz_cases", seen["cases"])  # scripts/gpu_check.py keeps these figures
+    record_property("fuzz_refused_with_an_error", seen["refused"])
     assert seen["cases"] > 1000 and seen["refused"] > 500, seen
 
 
 # --- threads ---------------------------------------------------------------------------
 
 
-def test_sixteen_threads_launch_and_run_ops_concurrently(dev):
+def test_sixteen_threads_launch_and_run_ops_concurrently(dev, record_property):
     import threading
 
     rng = np.random.default_rng()
@@ -252,6 +254,8 @@ def test_sixteen_threads_launch_and_run_ops_concurrently(dev):
     assert not any(th.is_alive() for th in threads), "a thread is stuck: deadlock"
     assert not errors, errors[:3]
     assert counts == [2000] * 16
+    record_property("threads", 16)
+    record_property("calls_per_thread", 2000)
 
 
 # --- leaks -------------------------------------------------------------------------------
@@ -262,7 +266,7 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def test_load_unload_cycles_and_a_million_launches_leak_nothing(dev):
+def test_load_unload_cycles_and_a_million_launches_leak_nothing(dev, record_property):
     import gc
 
     k = ptxgen.ChannelCatBackward("f32", 128)
@@ -281,6 +285,9 @@ def test_load_unload_cycles_and_a_million_launches_leak_nothing(dev):
     gc.collect()
     dev.synchronize()
     free_after, rss_after = dev.memory_info()[0], _rss_bytes()
+    record_property("load_unload_cycles", 10_000)
+    record_property("cycles_device_free_bytes", f"{free_before} -> {free_after}")
+    record_property("cycles_host_rss_bytes", f"{rss_before} -> {rss_after}")
     assert abs(free_after - free_before) <= 1 << 20, (free_before, free_after)
     assert rss_after - rss_before <= 1 << 20, (rss_before, rss_after)
 
@@ -300,9 +307,11 @@ def test_load_unload_cycles_and_a_million_launches_leak_nothing(dev):
     stream.synchronize()
     gc.collect()
     free_after, rss_after = dev.memory_info()[0], _rss_bytes()
+    record_property("launches", 1_000_000)
+    record_property("launches_device_free_bytes", f"{free_before} -> {free_after}")
+    record_property("launches_host_rss_bytes", f"{rss_before} -> {rss_after}")
     assert abs(free_after - free_before) <= 1 << 20, (free_before, free_after)
     assert rss_after - rss_before <= 1 << 20, (rss_before, rss_after)
-    print(f"leaks: rss {rss_before} -> {rss_after}, free {free_before} -> {free_after}")
 
 
 # --- two GPUs ---------------------------------------------------------------------------

@@ -98,4 +98,45 @@ def test_kernels_without_footprints_launch_as_before():
     fn, binding = recording(fill)
     fn.launch((1, 1, 1), fill.block, (CudaArrayLike("<u4", shape=(1,)), 1000, 7))  # trusted: no footprint
     assert len(binding.calls) == 1
-    assert "FOOTPRINT(key)" not in fn.launcher.source and "FOOTPRINT(key)" in function_for(K).launcher.source
+    assert "FOOTPRINT(fpc" not in fn.launcher.source and "FOOTPRINT(fpc" in function_for(K).launcher.source
+
+
+def test_int_pointers_are_checked_against_their_allocation_when_asked(monkeypatch):
+    """check_int_pointers(True): each int address goes to the driver (here a stand-in for
+    cuPointerGetAttributes over two allocations) and its extent joins the footprint check;
+    switching it off makes ints trusted again, for functions loaded before and after."""
+    import runtime
+    from runtime import launch
+
+    allocations = {0x1000: 8 * 32 * 4, 0x9000: 8 * 16 * 4 - 4}  # dx's allocation one element short
+    asked = []
+
+    def extent(param, address):
+        asked.append((param.name, address))
+        for start, size in allocations.items():
+            if start <= address < start + size:
+                return start + size - address
+        raise ValueError(f"{param.label}: address {address:#x} is in no CUDA allocation")
+
+    monkeypatch.setattr(launch, "int_pointer_extent", extent)  # what launchers built from now on call
+    before, _ = recording(K)
+    old = runtime.check_int_pointers(True)
+    try:
+        after, binding = recording(K)
+        for fn in (before, after):
+            with pytest.raises(
+                ValueError,
+                match=re.escape("writes 128 elements (512 bytes) from it, but the array holds 127"),
+            ):
+                fn.launch(K.grid(8, 16), K.block, (0x1000, 0x9000, 16, 32, 16))
+            with pytest.raises(ValueError, match="address 0x20000 is in no CUDA allocation"):
+                fn.launch(K.grid(8, 16), K.block, (0x20000, 0x9000, 16, 32, 16))
+            fn.launch(K.grid(4, 16), K.block, (0x1000, 0x9000, 16, 32, 16))  # 4 rows fit
+        assert len(binding.calls) == 1 and ("dy", 0x1000) in asked
+    finally:
+        runtime.check_int_pointers(old)
+    asked.clear()
+    after.launch(K.grid(8, 16), K.block, (0x20000, 0x9000, 16, 32, 16))  # trusted again
+    assert asked == [] and len(binding.calls) == 2
+    with pytest.raises(TypeError, match="takes True or False"):
+        runtime.check_int_pointers(1)

@@ -22,7 +22,7 @@ TYPESTR = {"f32": "<f4", "f16": "<f2", "f64": "<f8", "u8": "|u1", "i16": "<i2", 
 class FakeArray:
     """A device array as a foreign library would show it: only __cuda_array_interface__."""
 
-    def __init__(self, shape, dtype="f32", ptr=0x7F00_0000_0000, readonly=False, strides=None):
+    def __init__(self, shape, dtype="f32", ptr=0x7F00_0000_0000, readonly=False, strides=None, stream=None):
         self.shape = tuple(shape)
         self.ptr = ptr
         self.itemsize = ptxgen.resolve_dtype(dtype).itemsize
@@ -34,6 +34,8 @@ class FakeArray:
             "strides": strides,
             "version": 3,
         }
+        if stream is not None:
+            self.__cuda_array_interface__["stream"] = stream
 
 
 @pytest.fixture
@@ -432,3 +434,42 @@ def test_grids_past_the_device_limit_become_several_launches(monkeypatch):
     assert np.array_equal(device.read(pieces[0], np.uint64), data[:, :39])
     assert np.array_equal(device.read(pieces[1], np.uint64), data[:, 39:])
     assert len(device.launches) == 5 + 5  # 23 rows, 5 per launch, for each piece
+
+
+def test_a_remembered_shape_still_refuses_bools(emulated):
+    """Shapes are remembered per (shape, dim, sizes); True equals 1 as a key, but a bool
+    is refused whether or not the shape was seen."""
+    dy = emulated.array((4, 10), "f32")
+    runtime.channel_cat_backward(dy, [1, 9], 1)  # remembered
+    with pytest.raises(TypeError, match=r"sizes\[0\] = True is a bool"):
+        runtime.channel_cat_backward(dy, [True, 9], 1)
+    with pytest.raises(TypeError, match="dim must be an int, not bool True"):
+        runtime.channel_cat_backward(dy, [1, 9], True)
+    pieces = runtime.channel_cat_backward(dy, (np.int64(1), 9), 1)  # an integer type is accepted
+    assert [p.shape for p in pieces] == [(4, 1), (4, 9)]
+    xs = [emulated.array((4, 3), "f32"), emulated.array((4, 7), "f32")]
+    assert runtime.channel_cat_forward(xs, 1).shape == (4, 10)
+    with pytest.raises(TypeError, match="dim must be an int, not bool True"):
+        runtime.channel_cat_forward(xs, True)
+
+
+def test_arrays_that_name_a_stream_are_ordered_before_the_launch(emulated, monkeypatch):
+    """CAI v3: an array naming its producer's stream makes the op's stream wait for it,
+    after every check passed and before the launch."""
+    calls = []
+    monkeypatch.setattr(
+        ops, "order_after", lambda device, consumer, producer: calls.append((consumer, producer))
+    )
+    data = np.arange(40, dtype=np.float32).reshape(4, 10)
+    dy = emulated.array((4, 10), "f32", data)
+    produced = FakeArray((4, 10), "f32", ptr=dy.ptr, stream=0x7777)
+    out = [emulated.array((4, 3), "f32"), FakeArray((4, 7), "f32", ptr=emulated.alloc(4 * 7 * 4), stream=2)]
+    runtime.channel_cat_backward(produced, [3, 7], out=out, stream=7)
+    assert calls == [(7, 0x7777), (7, 2)]
+    assert len(emulated.launches) == 2  # one launch per piece, after the waits
+    calls.clear()
+    with pytest.raises(ValueError, match="sum to"):
+        runtime.channel_cat_backward(produced, [3, 6], stream=7)
+    assert calls == []  # refused before anything was queued
+    runtime.channel_cat_forward([produced, FakeArray((4, 2), "f32", ptr=emulated.alloc(32), stream=5)], 1)
+    assert calls == [(0, 0x7777), (0, 5)]

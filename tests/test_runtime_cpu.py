@@ -224,6 +224,80 @@ def test_dlpack_round_trip_through_our_exporter():
     assert interop._exported == {}  # the unconsumed capsule handed its tensor back
 
 
+class CaiLike:
+    def __init__(self, **extra):
+        self.__cuda_array_interface__ = {
+            "shape": (2, 3),
+            "typestr": "<f4",
+            "data": (0x6000, False),
+            "version": 3,
+        }
+        self.__cuda_array_interface__.update(extra)
+
+
+def test_cai_v3_names_the_stream_to_order_after():
+    assert interop.describe(CaiLike()).stream is None  # no key: nothing to order after
+    assert interop.describe(CaiLike(stream=None)).stream is None
+    assert interop.describe(CaiLike(stream=0x7F00)).stream == 0x7F00
+    assert interop.describe(CaiLike(stream=0)).stream == 1  # forbidden by v3; read as the legacy stream
+    for bad in (True, -1, "1", 1.0):
+        with pytest.raises(TypeError, match="'stream' must be None or a stream handle"):
+            interop.describe(CaiLike(stream=bad))
+
+
+def test_order_after_waits_by_event_on_known_streams_and_by_the_device_otherwise(monkeypatch):
+    from runtime import stream as streams
+
+    calls = []
+    capturing = {}
+
+    class FakeDriver:
+        class CUevent_flags:
+            CU_EVENT_DISABLE_TIMING = 2
+
+        def cuStreamIsCapturing(self, s):
+            return (0, capturing.get(s, 0))
+
+        def cuCtxSynchronize(self):
+            calls.append("synchronize the device")
+            return (0,)
+
+        def cuEventCreate(self, flags):
+            return (0, "event")
+
+        def cuEventRecord(self, event, s):
+            calls.append(f"record on {s:#x}")
+            return (0,)
+
+        def cuStreamWaitEvent(self, s, event, flags):
+            calls.append(f"wait on {s:#x}")
+            return (0,)
+
+        def cuEventDestroy(self, event):
+            calls.append("destroy")
+            return (0,)
+
+    class Device:
+        def _activate(self):
+            pass
+
+    monkeypatch.setattr(streams, "driver", FakeDriver)
+    dev = Device()
+    for consumer, producer in ((7, None), (7, 7), (0, 1), (1, 0)):
+        streams.order_after(dev, consumer, producer)
+    assert calls == []  # nothing asked, or the same stream
+    streams.trust_stream_handle(0x1234)
+    streams.order_after(dev, 7, 0x1234)
+    assert calls == ["record on 0x1234", "wait on 0x7", "destroy"]
+    calls.clear()
+    streams.order_after(dev, 7, 0xBAD0)  # never vouched for: not handed to the driver
+    assert calls == ["synchronize the device"]
+    calls.clear()
+    capturing[7] = 1
+    streams.order_after(dev, 7, 0x1234)  # a capture: nothing from outside may join it
+    assert calls == []
+
+
 def test_dlpack_host_arrays_are_refused():
     with pytest.raises(TypeError, match=r"host \(CPU\) memory"):
         interop.describe(DLPackLike((2,), "f32", device=(interop.KDL_CPU, 0)))

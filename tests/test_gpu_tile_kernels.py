@@ -1,0 +1,107 @@
+"""Every shared-memory tile kernel on the GPU, in every loader the planner may or may not
+pick: registers, cp.async and cp.async.bulk with an mbarrier, whole rows and column
+groups, granules of 1 to 16 bytes, row pointers on and off a 16-byte boundary.
+
+Shapes are small (three to five tiles on two CTAs, so each CTA goes round its
+grid-stride loop and reuses its shared-memory stages) but every byte is checked,
+outputs are poisoned and fenced by guard bytes, and a column-group forward must leave
+the columns it does not own untouched. Small enough for racecheck and synccheck
+(scripts/sanitize.py runs this file under both)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ptxgen.kernels.fastcat import Launch
+
+pytestmark = pytest.mark.gpu
+
+GUARD = 256  # bytes of canary on each side of every array
+POISON = 0xA5
+TARGET = "sm_90"
+
+# (direction, loader, whole_rows): every combination FastcatTile accepts
+MODES = [
+    ("backward", "regs", True),
+    ("backward", "regs", False),
+    ("backward", "cp.async", True),
+    ("backward", "cp.async", False),
+    ("backward", "bulk", True),
+    ("forward", "regs", True),
+    ("forward", "regs", False),
+    ("forward", "cp.async", True),
+    ("forward", "cp.async", False),
+]
+GRANULES = [1, 2, 4, 8, 16]
+
+
+def _layout(granule: int, whole: bool) -> tuple[list[int], tuple[int, ...]]:
+    """Chunk widths in bytes (multiples of the granule, some not of 16) and the chunks the
+    launch moves: all of them for whole rows, the middle two otherwise."""
+    widths = [3 * granule, 37 * granule, 5 * granule, 16 * granule]
+    return widths, (tuple(range(4)) if whole else (1, 2))
+
+
+def _guarded(dev, nbytes: int, data: np.ndarray | None, shift: int):
+    """An allocation of ``nbytes`` (+ ``shift`` bytes of head room) between guards, poisoned or
+    holding ``data``; returns it and the address of its payload."""
+    host = np.full(GUARD + shift + nbytes + GUARD, POISON, np.uint8)
+    if data is not None:
+        host[GUARD + shift : GUARD + shift + nbytes] = data.reshape(-1)
+    array = dev.to_device(host)
+    return array, array.ptr + GUARD + shift
+
+
+def _payload(array, nbytes: int, shift: int) -> np.ndarray:
+    got = array.to_numpy()
+    assert (got[:GUARD] == POISON).all() and (got[GUARD : GUARD + shift] == POISON).all(), (
+        "wrote before the array"
+    )
+    assert (got[GUARD + shift + nbytes :] == POISON).all(), "wrote past the end of the array"
+    return got[GUARD + shift : GUARD + shift + nbytes]
+
+
+@pytest.mark.parametrize("granule", GRANULES)
+@pytest.mark.parametrize("direction, loader, whole", MODES, ids=lambda v: str(v))
+def test_tile_kernel(dev, direction, loader, whole, granule):
+    rng = np.random.default_rng()
+    widths, ids = _layout(granule, whole)
+    pitch = sum(widths)
+    offs = [sum(widths[:k]) for k in range(len(widths))]
+    unroll = 8 if loader == "regs" and direction == "backward" and granule >= 8 and whole else 4
+    tile = 16 * unroll * 256
+    rows = -(-4 * tile // pitch)  # four tiles and a bit: two CTAs go round twice
+    spec = (
+        ("direction", direction), ("chunks", len(ids)), ("granule", granule), ("whole_rows", whole),
+        ("unroll", unroll), ("block", 256), ("loader", loader),
+    )  # fmt: skip
+    launch = Launch("tile", spec, ids, 2, "test")
+    kernel = launch.kernel(TARGET)
+    fn = dev.load(kernel).function
+    # The row side off a 16-byte boundary where the granule allows (the tile is aligned
+    # down to it), the chunks on it.
+    row_shift = granule if granule < 16 else 0
+    row_host = rng.integers(0, 256, (rows, pitch), dtype=np.uint8)
+    chunk_hosts = [rng.integers(0, 256, (rows, w), dtype=np.uint8) for w in widths]
+    backward = direction == "backward"
+    row, row_ptr = _guarded(dev, rows * pitch, row_host if backward else None, row_shift)
+    chunks = [
+        _guarded(dev, rows * widths[k], None if backward else chunk_hosts[k], 0) if k in ids else (None, 0)
+        for k in range(len(widths))
+    ]
+    args = launch.args(row_ptr, [p for _, p in chunks], rows, pitch, offs, widths)
+    fn.launch((launch.grid, 1, 1), kernel.block, args)
+    if backward:
+        for k in ids:
+            got = _payload(chunks[k][0], rows * widths[k], 0).reshape(rows, widths[k])
+            want = row_host[:, offs[k] : offs[k] + widths[k]]
+            bad = np.argwhere(got != want)
+            assert not len(bad), f"chunk {k}: {len(bad)} wrong bytes, first at {tuple(bad[0])}"
+    else:
+        got = _payload(row, rows * pitch, row_shift).reshape(rows, pitch)
+        want = np.full((rows, pitch), POISON, np.uint8)  # columns of chunks not moved stay poisoned
+        for k in ids:
+            want[:, offs[k] : offs[k] + widths[k]] = chunk_hosts[k]
+        bad = np.argwhere(got != want)
+        assert not len(bad), f"y: {len(bad)} wrong bytes, first at {tuple(bad[0])}"

@@ -23,6 +23,7 @@ that is not a multiple of the element size.
 
 from __future__ import annotations
 
+import ctypes
 import operator
 import sys
 from collections.abc import Callable
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from ptxgen.args import Pointer, Scalar
 from ptxgen.dtypes import DType, dtype_from_typestr, resolve_dtype
 
-from ._driver import driver
+from ._driver import _LIBCUDA, driver
 from .interop import ArrayInfo, describe
 from .memory import DeviceArray, launch_key
 from .stream import order_after, trust_stream_handle
@@ -142,42 +143,74 @@ def _int(param: PointerParam, value: int, stream: int) -> tuple[int, int | None]
     return int(value), None
 
 
-_RANGE_QUERY: list[Any] = [None]  # the attributes int_pointer_extent asks for, made once
+_POINTER_QUERY: list[Any] = []  # libcuda's cuPointerGetAttributes and the attributes asked, made once
+
+
+def _pointer_query() -> tuple[Any, Any]:
+    """libcuda's own ``cuPointerGetAttributes`` (through ctypes) and the attributes
+    :func:`allocation_of` asks for: range start, range size, device ordinal. Not through
+    cuda-bindings: its reader returns 0 for ``CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL``
+    whatever the device (NVIDIA/cuda-python#2928; 13.3.1 does), which the two-GPU test
+    caught."""
+    if not _POINTER_QUERY:
+        attr = driver().CUpointer_attribute
+        call = ctypes.CDLL(_LIBCUDA).cuPointerGetAttributes
+        call.argtypes = [
+            ctypes.c_uint, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint64,
+        ]  # fmt: skip
+        call.restype = ctypes.c_int
+        asked = (ctypes.c_int * 3)(
+            int(attr.CU_POINTER_ATTRIBUTE_RANGE_START_ADDR),
+            int(attr.CU_POINTER_ATTRIBUTE_RANGE_SIZE),
+            int(attr.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL),
+        )
+        _POINTER_QUERY[:] = [call, asked]
+    return _POINTER_QUERY[0], _POINTER_QUERY[1]
+
+
+def allocation_of(address: int, device: Device) -> tuple[int, int, int]:
+    """``(start, size, device ordinal)`` of the CUDA allocation holding ``address``, asked
+    of the driver (one ``cuPointerGetAttributes`` call, a few µs). The query needs a
+    context (any: addresses are unified); ``device``'s is made current if none is.
+    Raises ``LookupError``, saying why, for an address in no allocation CUDA knows
+    (freed memory, host memory never registered, a made-up number)."""
+    call, asked = _pointer_query()
+    start, size, ordinal = ctypes.c_uint64(), ctypes.c_size_t(), ctypes.c_int(-1)
+    data = (ctypes.c_void_p * 3)(ctypes.addressof(start), ctypes.addressof(size), ctypes.addressof(ordinal))
+    err = call(3, asked, data, address)
+    if err:  # no context current on this thread
+        device._activate()
+        err = call(3, asked, data, address)
+    if err:
+        try:
+            name = driver().CUresult(err).name
+        except ValueError:  # a code this cuda-bindings does not know
+            name = str(err)
+        raise LookupError(f"the driver cannot say what address {address:#x} is ({name})")
+    first, length, where = start.value, size.value, ordinal.value
+    if length == 0 or not first <= address < first + length or where < 0:
+        raise LookupError(f"address {address:#x} is in no CUDA allocation")
+    return first, length, where
 
 
 def int_pointer_extent(param: PointerParam, address: int) -> int:
-    """The bytes from ``address`` to the end of the CUDA allocation holding it, asked of
-    the driver (one ``cuPointerGetAttributes`` call, about 2 µs on an H200 host): what a launch
-    checks an int address against once :func:`runtime.check_int_pointers` is on.
+    """The bytes from ``address`` to the end of the CUDA allocation holding it
+    (:func:`allocation_of`): what a launch checks an int address against once
+    :func:`runtime.check_int_pointers` is on.
 
     Address 0 (a null pointer) has an extent of 0, so a launch that touches nothing
     through it passes. Raises, naming the argument, for an address in no allocation
-    CUDA knows (freed memory, host memory never registered, a made-up number) and for
-    memory of another GPU.
+    CUDA knows and for memory of another GPU.
     """
     if address == 0:
         return 0
-    drv = driver()
-    asked = _RANGE_QUERY[0]
-    if asked is None:
-        attr = drv.CUpointer_attribute
-        asked = _RANGE_QUERY[0] = [
-            attr.CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-            attr.CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-            attr.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-        ]
-    err, values = drv.cuPointerGetAttributes(3, asked, address)
-    if err:  # no context current on this thread: the query needs one (any: addresses are unified)
-        param.device._activate()
-        err, values = drv.cuPointerGetAttributes(3, asked, address)
-    if err:
-        raise ValueError(f"{param.label}: the driver cannot say what address {address:#x} is ({err!r})")
-    start, size, ordinal = int(values[0]), int(values[1]), int(values[2])
-    if size == 0 or not start <= address < start + size:
+    try:
+        start, size, ordinal = allocation_of(address, param.device)
+    except LookupError as err:
         raise ValueError(
-            f"{param.label}: address {address:#x} is in no CUDA allocation (freed, host memory, or "
-            "not an address); pass a device array or an address inside one"
-        )
+            f"{param.label}: {err} (freed, host memory, or not an address); pass a device array "
+            "or an address inside one"
+        ) from None
     if ordinal != param.ordinal:
         raise ValueError(
             f"{param.label}: address {address:#x} is memory of device {ordinal}, the kernel runs on "

@@ -107,9 +107,12 @@ def _from_cai(cai: dict[str, Any]) -> ArrayInfo:
                 f"__cuda_array_interface__ 'stream' must be None or a stream handle, not {stream!r}"
             )
         stream = stream or 1  # v3 forbids 0 for its ambiguity; read it as the legacy default stream
+    address = int(ptr or 0)
+    if not 0 <= address < 1 << 64:
+        raise TypeError(f"__cuda_array_interface__ 'data' holds {address}, which is not a 64-bit address")
     size = math.prod(shape)
     return ArrayInfo(
-        ptr=int(ptr or 0),
+        ptr=address,
         dtype=dtype,
         dtype_text=typestr,
         readonly=bool(readonly),

@@ -12,15 +12,17 @@ without it the first of :data:`BINDINGS` that loads is used.
 **The checks.** Everything that can be decided once is decided when a function is
 resolved, and written into one Python function per launch entry (:attr:`Launcher.source`
 shows it): the parameter count, each argument's fast test from its declared type
-(a DeviceArray by one identity comparison of its ``launch_key``, an int by its range,
+(a DeviceArray by one identity comparison of its ``launch_key``, an int by its class,
 a torch tensor by six attribute reads), the device's limits and the kernel's block as
 literals. A value that fails its fast test goes to the full check in
-:mod:`runtime.arrays`, which accepts it or raises naming the argument. Nothing is
-launched until every check has passed (an array that names its producer's stream may
-have queued a wait for it by then: harmless). Where the kernel declares footprints,
-what the launch touches is checked against each array's extent and address, cached per
-grid and block by the scalars; an int address has :data:`UNKNOWN_EXTENT` unless
-:func:`check_int_pointers` asks the driver.
+:mod:`runtime.arrays`, which accepts it or raises naming the argument. An int's range
+is tested where it is narrower than its C type's and otherwise left to the packing:
+a value ``struct`` refuses sends the ints through the full check, which names it.
+Nothing is launched until every check has passed (an array that names its producer's
+stream may have queued a wait for it by then: harmless). Where the kernel declares
+footprints, what the launch touches is checked, after packing, against each array's
+extent and address, cached per grid and block by the scalars; an int address has
+:data:`UNKNOWN_EXTENT` unless :func:`check_int_pointers` asks the driver.
 
 **The buffer.** Values are packed with one ``struct.pack_into`` into a buffer laid out
 by :class:`runtime.layout.ArgumentLayout`; the driver copies it during the call, so a
@@ -36,6 +38,7 @@ more; a second failure raises :class:`runtime.CudaError`.
 from __future__ import annotations
 
 import os
+import struct
 import sys
 import threading
 import weakref
@@ -284,13 +287,16 @@ UNKNOWN_EXTENT = 1 << 64  # the extent of a trusted int address: more than any l
 
 
 class _FootprintCache(dict):
-    """Per scalar values, what a launch with one grid and block needs of each pointer."""
+    """Per scalar values, what a launch with one grid and block needs of each pointer;
+    ``last`` is the scalars of the latest answer followed by that answer (a launch
+    repeating its scalars compares them and reads no dict)."""
 
-    __slots__ = ("geometry",)
+    __slots__ = ("geometry", "last")
 
-    def __init__(self, geometry: tuple[int, ...]) -> None:
+    def __init__(self, geometry: tuple[int, ...], scalars: int, pointers: int) -> None:
         super().__init__()
         self.geometry = geometry
+        self.last: tuple[Any, ...] = (None,) * scalars + (0, 0) * pointers  # None equals no int
 
 
 class _Miss:
@@ -298,34 +304,34 @@ class _Miss:
     first entry."""
 
 
-def _pointer_check(p: PointerParam, indent: str, extents: bool) -> list[str]:
+def _pointer_check(p: PointerParam, indent: str, extents: bool, ranges: bool) -> list[str]:
     """The fast test of one pointer argument: ``v<i>`` its address and, where the kernel
     declares footprints (``extents``), ``e<i>`` the bytes from it to the end of the array
-    (:data:`UNKNOWN_EXTENT` for a trusted int address)."""
+    (:data:`UNKNOWN_EXTENT` for a trusted int address). Without ``ranges`` an int's range
+    is left to the packing that follows (``struct`` refuses what does not fit)."""
     i, mask = p.index, p.itemsize - 1
-
-    def also(extent: str) -> list[str]:
-        return [f"{indent}    e{i} = {extent}"] if extents else []
-
     slow = (
         f"v{i}, e{i} = SLOW_POINTER(P{i}, a{i}, s)" if extents else f"v{i} = SLOW_POINTER(P{i}, a{i}, s)[0]"
     )
     aligned = [f"{indent}    if v{i} & {mask}:", f"{indent}        {slow}"]
     nbytes = f"(e{i} := a{i}.nbytes)" if extents else f"a{i}.nbytes"  # 0: empty, the full check says so
-    # An int is trusted unless check_int_pointers() is on: then the driver says where its
-    # allocation ends.
-    asked = f"INT_EXTENT(P{i}, a{i})"
-    int_extent = also(f"{asked} if CHECK_INTS else {UNKNOWN_EXTENT}") if extents else [
-        f"{indent}    if CHECK_INTS:", f"{indent}        {asked}"
-    ]  # fmt: skip
+    in_range = f" and 0 <= a{i} <= {_MAX_ADDRESS}" if ranges else ""
+    # An int is trusted unless check_int_pointers() is on: then the full check asks the
+    # driver where its allocation ends.
+    trusted = [
+        f"{indent}        v{i} = a{i}",
+        *([f"{indent}        e{i} = {UNKNOWN_EXTENT}"] if extents else []),
+    ]
     return [
         f"{indent}c = a{i}.__class__",
         f"{indent}if c is DeviceArray and a{i}.launch_key is K{i}:",
         f"{indent}    v{i} = a{i}.address",
-        *also(f"a{i}.nbytes"),
-        f"{indent}elif c is int and 0 <= a{i} <= {_MAX_ADDRESS}:",
-        f"{indent}    v{i} = a{i}",
-        *int_extent,
+        *([f"{indent}    e{i} = a{i}.nbytes"] if extents else []),
+        f"{indent}elif c is int{in_range}:",
+        f"{indent}    if CHECK_INTS:",
+        f"{indent}        {slow}",
+        f"{indent}    else:",
+        *trusted,
         f"{indent}elif (c is TENSOR and a{i}.dtype is TD{i} and a{i}.is_cuda",
         f"{indent}        and a{i}.get_device() == {p.ordinal} and a{i}.is_contiguous() and {nbytes}):",
         f"{indent}    v{i} = a{i}.data_ptr()",
@@ -336,40 +342,80 @@ def _pointer_check(p: PointerParam, indent: str, extents: bool) -> list[str]:
 
 
 def _footprint_check(params: Sequence[PointerParam | ScalarParam], indent: str) -> list[str]:
-    """After every argument passed its own test: what this launch touches through each
-    pointer (from the kernel's ``footprints``) against each array's extent and address.
-    ``fpc`` is the cache of the launch's grid and block, keyed by the scalars; ``need``
-    holds, per pointer, the bytes needed and an alignment mask."""
+    """After every argument passed its own test and was packed: what this launch touches
+    through each pointer (from the kernel's ``footprints``) against each array's extent
+    and address. ``fpc`` is the footprint cache of the launch's grid and block; its
+    ``last`` holds the scalars it last answered for and, per pointer, the bytes needed
+    and an alignment mask: one tuple, read at once, so threads never see half of one."""
     pointers = [p for p in params if isinstance(p, PointerParam)]
     scalars = [f"a{p.index}" for p in params if isinstance(p, ScalarParam)]
-    key = scalars[0] if len(scalars) == 1 else f"({', '.join(scalars)})"
-    unpacked = ", ".join(f"n{p.index}, m{p.index}" for p in pointers)
+    key = scalars[0] if len(scalars) == 1 else f"({', '.join(scalars)},)"
+    needs = "".join(f"n{p.index}, m{p.index}, " for p in pointers)
+    last = "".join(f"k{a[1:]}, " for a in scalars)
+    same = " and ".join(f"{a} == k{a[1:]}" for a in scalars)
     fails = " or ".join(f"e{p.index} < n{p.index} or v{p.index} & m{p.index}" for p in pointers)
     given = ", ".join(f"v{p.index}, e{p.index}" for p in pointers)
+
+    def computed(target: str, at: str) -> list[str]:
+        # the footprint may refuse the scalars: the buffer goes back to the pool first
+        return [
+            f"{at}try:",
+            f"{at}    {target}FOOTPRINT(fpc, {key})",
+            f"{at}except BaseException:",
+            f"{at}    POOL.append(buf)",
+            f"{at}    raise",
+        ]
+
+    if scalars:
+        lookup = [
+            f"{indent}{last}{needs}= fpc.last",
+            f"{indent}if not ({same}):  # other scalars than the last launch's at this geometry",
+            f"{indent}    need = fpc.get({key})",
+            f"{indent}    if need is None:",
+            *computed("need = ", f"{indent}        "),
+            f"{indent}    {needs}= need",
+        ]
+    else:  # one answer per geometry: ``last`` is set before the cache holds it
+        key = "()"
+        lookup = [f"{indent}if not fpc:", *computed("", f"{indent}    "), f"{indent}{needs}= fpc.last"]
     return [
-        f"{indent}need = fpc.get({key})",
-        f"{indent}if need is None:",
-        f"{indent}    need = FOOTPRINT(fpc, {key})",
-        f"{indent}{unpacked}{',' if len(pointers) == 1 else ''} = need",
+        *lookup,
         f"{indent}if {fails}:",
-        f"{indent}    FOOTPRINT_FAIL(need, ({given}{',' if len(pointers) == 1 else ''}))",
+        f"{indent}    POOL.append(buf)",
+        f"{indent}    FOOTPRINT_FAIL(({needs}), ({given},))",
     ]
 
 
-def _scalar_checks(group: list[ScalarParam], indent: str) -> list[str]:
-    """Consecutive integer parameters tested together; the full check names the culprit."""
-    types = " and ".join(f"a{p.index}.__class__ is int" for p in group)
-    ranges = " and ".join(f"{p.min} <= a{p.index} <= {p.max}" for p in group)
+def _packed_range(p: ScalarParam) -> tuple[int, int]:
+    """The values ``struct`` packs for the parameter's C type (it refuses the rest)."""
+    fmt = p.type.struct_format
+    bits = 8 * struct.calcsize(fmt)
+    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if fmt.islower() else (0, (1 << bits) - 1)
+
+
+def _scalar_checks(group: list[ScalarParam], indent: str, ranges: bool) -> list[str]:
+    """Consecutive integer parameters tested together; the full check names the culprit.
+    Without ``ranges``, a bound is tested only where it is narrower than what ``struct``
+    packs (a seed ``i32`` read as ``.u32`` must not be negative); the packing refuses the rest."""
+    tests = [f"a{p.index}.__class__ is int" for p in group]
+    for p in group:
+        low, high = _packed_range(p) if not ranges else (None, None)
+        if p.min != low:
+            tests.append(f"a{p.index} >= {p.min}")
+        if p.max != high:
+            tests.append(f"a{p.index} <= {p.max}")
+    joined = f"\n{indent}        and ".join(" and ".join(tests[i : i + 3]) for i in range(0, len(tests), 3))
     return [
-        f"{indent}if not ({types}",
-        f"{indent}        and {ranges}):",
+        f"{indent}if not ({joined}):",
         *[f"{indent}    a{p.index} = SCALAR(S{p.index}, a{p.index})" for p in group],
     ]
 
 
-def _checks(params: Sequence[PointerParam | ScalarParam], indent: str, footprints: bool = False) -> list[str]:
-    """One fast test per argument, in parameter order, from its declared type; then, for
-    a kernel that declares footprints, the check of what the launch touches."""
+def _checks(
+    params: Sequence[PointerParam | ScalarParam], indent: str, footprints: bool, ranges: bool
+) -> list[str]:
+    """One fast test per argument, in parameter order, from its declared type. The
+    footprint check comes later (:func:`_footprint_check`), once the values are packed."""
     lines: list[str] = []
     group: list[ScalarParam] = []
     for p in params:
@@ -377,13 +423,11 @@ def _checks(params: Sequence[PointerParam | ScalarParam], indent: str, footprint
             group.append(p)
             continue
         if group:
-            lines += _scalar_checks(group, indent)
+            lines += _scalar_checks(group, indent, ranges)
             group = []
-        lines += _pointer_check(p, indent, footprints)
+        lines += _pointer_check(p, indent, footprints, ranges)
     if group:
-        lines += _scalar_checks(group, indent)
-    if footprints and any(isinstance(p, PointerParam) for p in params):
-        lines += _footprint_check(params, indent)
+        lines += _scalar_checks(group, indent, ranges)
     return lines
 
 
@@ -393,10 +437,21 @@ def _values(params: Sequence[PointerParam | ScalarParam], raw: bool) -> str:
     return ", ".join(f"{'v' if v else 'a'}{p.index}" for v, p in zip(checked, params))
 
 
-def _call(values: str, returns_tuple: bool, config: str | None, indent: str) -> list[str]:
+def _call(
+    values: str,
+    returns_tuple: bool,
+    config: str | None,
+    indent: str,
+    checked: tuple[str, list[str]] | None = None,
+) -> list[str]:
     """Pack into a pooled buffer and call the driver: ``cuLaunchKernelEx`` with the
     launch's prebuilt config where there is one (``config``, a name or an expression
-    that may be None), else ``cuLaunchKernel``; on failure, the retry (see above)."""
+    that may be None), else ``cuLaunchKernel``; on failure, the retry (see above).
+
+    ``checked``, for a checked launch: the arguments as passed and the footprint check.
+    ``struct`` refuses an int out of its C type's range; the full checks then name the
+    argument. The footprint check follows the packing, so its scalars are in range.
+    """
     packed = f", {values}" if values else ""
     r = "[0]" if returns_tuple else ""
     plain = f"LAUNCH(FN, gx, gy, gz, bx, by, bz, shared_mem, ns, buf.params, 0){r}"
@@ -406,8 +461,20 @@ def _call(values: str, returns_tuple: bool, config: str | None, indent: str) -> 
         f"{indent}    buf = POOL.pop()",
         f"{indent}except IndexError:",
         f"{indent}    buf = NEW_BUFFER()",
-        f"{indent}PACK(buf.memory, 0{packed})",
     ]
+    if checked is None:
+        lines.append(f"{indent}PACK(buf.memory, 0{packed})")
+    else:
+        given, footprint = checked
+        lines += [
+            f"{indent}try:",
+            f"{indent}    PACK(buf.memory, 0{packed})",
+            f"{indent}except PACK_ERROR:  # an int out of its type's range",
+            f"{indent}    POOL.append(buf)",
+            f"{indent}    OUT_OF_RANGE(({given}))",
+            f"{indent}    raise",
+            *footprint,
+        ]
     if config is None:
         lines += [f"{indent}if {plain}:", relaunch]
     elif config == "CFG":  # prepared: always there
@@ -510,7 +577,7 @@ def _geometry(
 _HELPERS = (
     "OPEN, FN, POOL, NEW_BUFFER, PACK, LAUNCH, LAUNCH_EX, CONFIG, RELAUNCH, CLOSED, ORDERED, GEOMETRY,"
     " STREAM_HANDLE, STREAMS, Stream, DeviceArray, TENSOR, SLOW_POINTER, SCALAR, LAST,"
-    " FOOTPRINTS_AT, FOOTPRINT, FOOTPRINT_FAIL, CHECK_INTS, INT_EXTENT"
+    " FOOTPRINTS_AT, FOOTPRINT, FOOTPRINT_FAIL, CHECK_INTS, PACK_ERROR, OUT_OF_RANGE"
 )
 
 
@@ -537,6 +604,9 @@ def _source(
     ]
     names = "".join(f"a{i}, " for i in range(n))
     checked, raw = _values(params, raw=False), _values(params, raw=True)
+    footprint = _footprint_check(params, "        ") if footprints and pointers else []
+    # the checked launches' arguments as passed, and their footprint check (see _call)
+    at_launch, at_prepared = (names, footprint), (names, [f"    {line}" for line in footprint])
     torch_cells = ", ".join(["TENSOR", *(f"TD{p.index}" for p in pointers)])
     lines = [
         f"def build({', '.join([_HELPERS, *constants])}):",
@@ -546,13 +616,13 @@ def _source(
         "            CLOSED()",
         *_unpack(n, "        "),
         *_geometry(block, device, max_threads, ex, footprints),
-        *_checks(params, "        ", footprints),
-        *_call(checked, returns_tuple, "cfg" if ex else None, "        "),
+        *_checks(params, "        ", footprints, ranges=False),
+        *_call(checked, returns_tuple, "cfg" if ex else None, "        ", at_launch),
         "",
         "    def pack(args, stream=0):",
         "        s = stream",
         *_unpack(n, "        "),
-        *_checks(params, "        "),
+        *_checks(params, "        ", footprints=False, ranges=True),
         f"        return [{checked}]",
         "",
         "    def prepare(gx, gy, gz, bx, by, bz, shared_mem, s, ns, stream):",
@@ -564,8 +634,8 @@ def _source(
         "                CLOSED()",
         "            if stream is not None:",
         "                stream.handle  # raises once the Stream is closed",
-        *_checks(params, "            ", footprints),
-        *_call(checked, returns_tuple, "CFG" if ex else None, "            "),
+        *_checks(params, "            ", footprints, ranges=False),
+        *_call(checked, returns_tuple, "CFG" if ex else None, "            ", at_prepared),
         "",
         f"        def raw({names}):",
         "            if not OPEN:",
@@ -628,6 +698,8 @@ class Launcher:
         ex = binding.launch_kernel_ex is not None
         self._footprints = footprints
         self._footprint_caches: dict[tuple[int, ...], _FootprintCache] = {}
+        self._scalar_count = sum(isinstance(p, ScalarParam) for p in self.params)
+        self._pointer_count = len(self.params) - self._scalar_count
         self._footprint_lock = threading.Lock()
         self.source = _source(
             self.params,
@@ -655,7 +727,7 @@ class Launcher:
                 self._launch_kernel, binding.launch_kernel_ex, binding.config, self._relaunch, self._closed,
                 ordered, check_geometry, stream_handle, binding.streams, Stream, DeviceArray, _Miss,
                 self._slow_pointer, scalar_value, miss, self._footprints_at, self._footprint,
-                self._footprint_fail, _int_checks[0], int_pointer_extent, *constants,
+                self._footprint_fail, _int_checks[0], struct.error, self._out_of_range, *constants,
             )  # fmt: skip
             _launchers.add(self)
             self._int_checks_on = _int_checks[0]
@@ -711,6 +783,19 @@ class Launcher:
             extent = int_pointer_extent(param, address) if self._int_checks_on else UNKNOWN_EXTENT
         return address, extent
 
+    def _out_of_range(self, given: tuple[Any, ...]) -> None:
+        """``struct`` refused a value: the full check of each int says which, and why
+        (raised from here, not from the ``struct.error`` it replaces)."""
+        try:
+            for p, value in zip(self.params, given):
+                if value.__class__ is int:
+                    if isinstance(p, PointerParam):
+                        pointer_value(p, value)
+                    else:
+                        scalar_value(p, value)
+        except (TypeError, ValueError) as err:
+            raise err from None
+
     _GEOMETRIES = 64  # grid and block pairs whose footprint caches are kept per function
     _SCALARS = 512  # scalar combinations kept per grid and block
 
@@ -723,30 +808,36 @@ class Launcher:
             with self._footprint_lock:
                 if len(self._footprint_caches) >= self._GEOMETRIES:
                     self._footprint_caches.clear()
-                found = self._footprint_caches.setdefault(geometry, _FootprintCache(geometry))
+                found = self._footprint_caches.setdefault(
+                    geometry, _FootprintCache(geometry, self._scalar_count, self._pointer_count)
+                )
         return found
 
     def _footprint(self, cache: _FootprintCache, key: Any) -> tuple[int, ...]:
         """Per pointer parameter, bytes a launch touches and the alignment mask its address
         must clear, for the geometry of ``cache`` and the scalars ``key`` (one int for a
         kernel with one scalar, else a tuple); raises (naming the scalars) for a launch
-        the kernel cannot make safely."""
+        the kernel cannot make safely. The answer becomes ``cache.last``."""
         assert self._footprints is not None
-        names = [p.name for p in self.params if isinstance(p, ScalarParam)]
-        values = (key,) if len(names) == 1 else key
-        grid, block = cache.geometry[:3], cache.geometry[3:]
-        try:
-            declared = {f.arg: f for f in self._footprints(grid, block, dict(zip(names, values)))}
-        except FootprintError as err:
-            raise ValueError(f"{self.name}: {err}; nothing was launched") from None
-        need: list[int] = []
-        for p in self.params:
-            if isinstance(p, PointerParam):
-                f = declared.get(p.name)
-                need += [f.nbytes, f.align - 1] if f is not None and f.nbytes else [0, 0]
-        if len(cache) >= self._SCALARS:
-            cache.clear()
-        cache[key] = result = tuple(need)
+        values = key if key.__class__ is tuple else (key,)
+        result = cache.get(key)
+        if result is None:
+            names = [p.name for p in self.params if isinstance(p, ScalarParam)]
+            grid, block = cache.geometry[:3], cache.geometry[3:]
+            try:
+                declared = {f.arg: f for f in self._footprints(grid, block, dict(zip(names, values)))}
+            except FootprintError as err:
+                raise ValueError(f"{self.name}: {err}; nothing was launched") from None
+            need: list[int] = []
+            for p in self.params:
+                if isinstance(p, PointerParam):
+                    f = declared.get(p.name)
+                    need += [f.nbytes, f.align - 1] if f is not None and f.nbytes else [0, 0]
+            result = tuple(need)
+            if len(cache) >= self._SCALARS:
+                cache.clear()
+        cache.last = (*values, *result)  # first: a cache that holds a key has its ``last`` set
+        cache[key] = result
         return result
 
     def _footprint_fail(self, need: tuple[int, ...], given: tuple[Any, ...]) -> None:

@@ -26,15 +26,14 @@ from typing import Any, NamedTuple
 
 from ptxgen.dtypes import DTYPES, DType
 
-from ._driver import driver
-from .arrays import dtype_of_torch
+from .arrays import allocation_of, dtype_of_torch
 from .device import Device, device_of
 from .interop import describe
 from .memory import DeviceArray
 from .plan import DeviceTraits, Plan, Problem, Ptr, make_plan
 from .stream import order_after, stream_handle
 
-__all__ = ["channel_cat_backward", "channel_cat_forward", "plan_for"]
+__all__ = ["channel_cat_backward", "channel_cat_forward", "clear_plans", "plan_for"]
 
 
 class _Array:
@@ -61,6 +60,14 @@ class _Array:
 
 
 _tensor_class: list[type | None] = [None]  # torch.Tensor, once torch has been imported
+
+
+def _torch_tensor_class() -> type | None:
+    """``torch.Tensor`` once torch has been imported (by anyone), remembered; else None."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        _tensor_class[0] = torch.Tensor
+    return _tensor_class[0]
 
 
 def _torch_array(value: Any) -> _Array | None:
@@ -96,8 +103,8 @@ def _recognise(op: str, what: str, value: Any, stream: int) -> _Array:
             value, value.shape, DTYPES[value.dtype], 0, False, value.device, value.device.ordinal, 0
         )
     tensor = _tensor_class[0]
-    if tensor is None and "torch" in sys.modules:
-        tensor = _tensor_class[0] = sys.modules["torch"].Tensor
+    if tensor is None:
+        tensor = _torch_tensor_class()
     if tensor is not None and (cls is tensor or isinstance(value, tensor)):  # nn.Parameter too
         found = _torch_array(value)
         if found is not None:
@@ -218,16 +225,13 @@ def _check_no_overlap(op: str, named: Sequence[tuple[str, _Array]], first_output
 
 def _pointer_ordinal(op: str, what: str, ptr: int) -> int:
     """The GPU that ``ptr`` lives on (CAI does not say); refuses memory CUDA does not know."""
-    drv = driver()
-    Device(0)._activate()  # the query needs a context; unified addressing answers for every GPU
-    err, ordinal = drv.cuPointerGetAttribute(drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
-    if err != drv.CUresult.CUDA_SUCCESS or int(ordinal) < 0:
-        name = getattr(err, "name", str(err)) if err != drv.CUresult.CUDA_SUCCESS else f"ordinal {ordinal}"
+    try:
+        return allocation_of(ptr, device_of(0))[2]
+    except LookupError as err:
         raise TypeError(
-            f"{op}: {what} points at {ptr:#x}, which no CUDA context knows ({name}): host memory? "
+            f"{op}: {what} points at {ptr:#x}, which CUDA does not know ({err}): host memory? "
             "Pass device memory (runtime.Device.to_device, torch's .cuda())"
-        )
-    return int(ordinal)
+        ) from None
 
 
 def _device_for(op: str, named: Sequence[tuple[str, _Array]]) -> Device:
@@ -267,6 +271,7 @@ class _Split(NamedTuple):
     out_shapes: tuple[tuple[int, ...], ...]  # each piece's shape
     rows: int  # the product of the dims before the axis
     extents: tuple[int, ...]  # each piece's elements per row
+    plans: dict[tuple[int, str, int], _Compiled]  # the quick path's, see _quick_compiled
 
 
 class _Join(NamedTuple):
@@ -275,6 +280,7 @@ class _Join(NamedTuple):
     shape: tuple[int, ...]  # the result's
     rows: int
     extents: tuple[int, ...]
+    plans: dict[tuple[int, str, int], _Compiled]  # as _Split's
 
 
 _split_shapes: dict[tuple[Any, ...], _Split] = {}
@@ -315,7 +321,7 @@ def _split_shape(op: str, shape: tuple[int, ...], sizes: Any, dim: Any) -> _Spli
         )
     inner = math.prod(shape[axis + 1 :])
     out_shapes = tuple((*shape[:axis], s, *shape[axis + 1 :]) for s in pieces)
-    found = _Split(axis, pieces, out_shapes, math.prod(shape[:axis]), tuple(s * inner for s in pieces))
+    found = _Split(axis, pieces, out_shapes, math.prod(shape[:axis]), tuple(s * inner for s in pieces), {})
     return _remember(_split_shapes, key, found)
 
 
@@ -342,7 +348,7 @@ def _join_shape(op: str, shapes: list[tuple[int, ...]], dim: Any) -> _Join:
     pieces = tuple(shape[axis] for shape in shapes)
     inner = math.prod(first[axis + 1 :])
     shape = (*first[:axis], sum(pieces), *first[axis + 1 :])
-    found = _Join(axis, pieces, shape, math.prod(first[:axis]), tuple(s * inner for s in pieces))
+    found = _Join(axis, pieces, shape, math.prod(first[:axis]), tuple(s * inner for s in pieces), {})
     return _remember(_join_shapes, key, found)
 
 
@@ -355,6 +361,7 @@ class _Compiled:
     _STREAMS = 8  # prepared launch sets kept; more streams than this start over
 
     def __init__(self, device: Device, plan: Plan) -> None:
+        self.device = device
         self.plan = plan
         self.steps = [(device.load(s.kernel).function, s) for s in plan.steps]
         self._prepared: dict[int, list[Callable[[Sequence[int]], None]]] = {}
@@ -430,6 +437,149 @@ def plan_for(op: str, dtype: Any, rows: int, extents: Sequence[int], device: Dev
     return make_plan(Problem(op, resolve_dtype(dtype), rows, tuple(extents)), traits)
 
 
+def clear_plans() -> None:
+    """Forget every plan and remembered shape: the next call of each shape plans again
+    (after the planner's settings changed, say). Loaded modules stay with their device."""
+    with _plans_lock:
+        _plans.clear()
+        _split_shapes.clear()
+        _join_shapes.clear()
+
+
+# --- the common call, checked quickly ---------------------------------------------------
+# Most calls pass DeviceArrays or plain CUDA torch tensors, all on one GPU, with ``out``
+# given. Those are checked here in full, reading a few attributes of each array and
+# building no records; the plan is looked up on the shape's remembered record. At the
+# first doubt (another array type, an empty piece, a misaligned address, a shape or
+# dtype that does not fit, overlap) nothing has been launched and the general path
+# takes the call over: it accepts it or raises the error that names the problem.
+
+_Quick = tuple[int, int, tuple[int, ...], DType, int, bool]
+
+
+def _quick(value: Any) -> _Quick | None:
+    """``(address, nbytes, shape, dtype, device ordinal, writable)`` of an open, non-empty
+    DeviceArray or a contiguous, non-empty CUDA ``torch.Tensor`` (the class itself);
+    None for anything else."""
+    cls = value.__class__
+    if cls is DeviceArray:
+        key = value.launch_key  # (device, dtype) while open and not empty
+        if key is None:
+            return None
+        return value.address, value.nbytes, value.shape, key[1], key[0].ordinal, True
+    tensor = _tensor_class[0]
+    if tensor is None:
+        tensor = _torch_tensor_class()
+    if cls is tensor:
+        try:
+            if not value.is_cuda or not value.is_contiguous():
+                return None
+            dtype = dtype_of_torch(value.dtype)
+            nbytes = value.nbytes
+            if dtype is None or not nbytes:
+                return None
+            # a tensor that requires grad is not written behind autograd's back
+            return value.data_ptr(), nbytes, value.shape, dtype, value.get_device(), not value.requires_grad
+        except Exception:  # sparse, nested, an older torch: the general path says what it is
+            return None
+    return None
+
+
+def _disjoint(spans: list[tuple[int, int]]) -> bool:
+    """Whether no two of the ``(start, end)`` byte ranges share a byte."""
+    spans.sort()
+    end = spans[0][1]
+    for i in range(1, len(spans)):
+        start, stop = spans[i]
+        if start < end:
+            return False
+        end = stop
+    return True
+
+
+def _quick_compiled(record: _Split | _Join, ordinal: int, dtype: DType, aligns: int, op: str) -> _Compiled:
+    """The plan remembered on a shape's record for a device, dtype and the arrays'
+    addresses modulo 16 (``aligns``: 4 bits each, the wide array's highest), made through
+    :func:`_compiled` the first time or once its device was closed."""
+    compiled = record.plans.get((ordinal, dtype.name, aligns))
+    device = device_of(ordinal)
+    if compiled is None or compiled.device is not device:
+        pieces = len(record.pieces)
+        each = tuple((aligns >> 4 * (pieces - 1 - i)) & 15 for i in range(pieces))
+        compiled = _compiled(device, op, dtype, record.rows, record.extents, aligns >> 4 * pieces, each)
+        record.plans[ordinal, dtype.name, aligns] = compiled
+    return compiled
+
+
+def _backward_quick(dy: Any, sizes: Any, dim: Any, out: Any, handle: int) -> bool:
+    """:func:`channel_cat_backward` with ``out`` for the common call (see above): True
+    once launched; False, having done nothing, to leave the call to the general path."""
+    src = _quick(dy)
+    if src is None or (out.__class__ is not list and out.__class__ is not tuple):
+        return False
+    ptr, nbytes, shape, dtype, ordinal, _ = src
+    mask = dtype.itemsize - 1
+    split = _split_shape("channel_cat_backward", shape, sizes, dim)  # its errors are the general path's
+    if len(out) != len(split.pieces) or ptr & mask:
+        return False
+    end = ptr + nbytes
+    bases = []
+    aligns = ptr & 15
+    last = 0  # where the previous output ends, while they come in address order; then -1
+    for o, want in zip(out, split.out_shapes):
+        found = _quick(o)
+        if found is None:
+            return False
+        p, n, got, d, where, writable = found
+        if got != want or d is not dtype or where != ordinal or not writable or p & mask:
+            return False
+        if p < end and ptr < p + n:  # shares bytes with dy
+            return False
+        # in address order, each output need only clear the one before it
+        last = p + n if 0 <= last <= p else -1
+        bases.append(p)
+        aligns = aligns << 4 | (p & 15)
+    if last < 0 and not _disjoint([(q[0], q[0] + q[1]) for q in map(_quick, out)]):
+        return False
+    bases.append(ptr)  # last, so that Ptr(WIDE == -1) finds it
+    _quick_compiled(split, ordinal, dtype, aligns, "backward").launch(bases, handle)
+    return True
+
+
+def _forward_quick(xs: Any, dim: Any, out: Any, handle: int) -> bool:
+    """:func:`channel_cat_forward` with ``out`` for the common call; as :func:`_backward_quick`."""
+    if (xs.__class__ is not list and xs.__class__ is not tuple) or not xs:
+        return False
+    dst = _quick(out)
+    if dst is None:
+        return False
+    ptr, nbytes, shape, dtype, ordinal, writable = dst
+    mask = dtype.itemsize - 1
+    if not writable or ptr & mask:
+        return False
+    shapes = []
+    bases = []
+    aligns = ptr & 15
+    end = ptr + nbytes
+    for x in xs:
+        found = _quick(x)
+        if found is None:
+            return False
+        p, n, got, d, where, _ = found
+        # inputs may share memory with each other, not with the output
+        if d is not dtype or where != ordinal or p & mask or (p < end and ptr < p + n):
+            return False
+        shapes.append(got)
+        bases.append(p)
+        aligns = aligns << 4 | (p & 15)
+    join = _join_shape("channel_cat_forward", shapes, dim)  # its errors are the general path's
+    if join.shape != shape:
+        return False
+    bases.append(ptr)  # last: Ptr(WIDE == -1)
+    _quick_compiled(join, ordinal, dtype, aligns, "forward").launch(bases, handle)
+    return True
+
+
 # --- the ops ----------------------------------------------------------------------------
 
 
@@ -445,6 +595,8 @@ def channel_cat_backward(
     """
     op = "channel_cat_backward"
     handle = stream_handle(stream)
+    if out is not None and _backward_quick(dy, sizes, dim, out, handle):
+        return list(out)
     src = _recognise(op, "dy", dy, handle)
     split = _split_shape(op, src.shape, sizes, dim)
     dtype = src.dtype
@@ -508,6 +660,8 @@ def channel_cat_forward(xs: Sequence[Any], dim: int = 1, *, out: Any = None, str
         raise TypeError(f"{op}: xs must be a list or tuple of arrays, not {type(xs).__name__}")
     if not xs:
         raise ValueError(f"{op}: xs is empty; give at least one array to concatenate")
+    if out is not None and _forward_quick(xs, dim, out, handle):
+        return out
     named = [(f"xs[{i}]", _recognise(op, f"xs[{i}]", x, handle)) for i, x in enumerate(xs)]
     dtype = named[0][1].dtype
     for what, a in named:

@@ -43,6 +43,17 @@ def cupy(dev):
     return pytest.importorskip("cupy")
 
 
+@pytest.fixture
+def fresh_plans():
+    """The ops plan anew in this test, and what they planned (under patched planner
+    settings, say) is forgotten after it."""
+    from runtime import ops
+
+    ops.clear_plans()
+    yield
+    ops.clear_plans()
+
+
 # A kernel written by hand, to show the protocol is not tied to ptxgen's classes.
 FILL_PTX = """\
 .version 6.3

@@ -69,6 +69,17 @@ class RecordingBinding:
         return self.result
 
 
+def extremes(t) -> list[int]:
+    """The smallest, largest and an odd value each type accepts."""
+    if t.is_pointer:
+        return [0, (1 << 64) - 1, 0x7F00_DEAD_BEE0]
+    return [
+        t.min,
+        t.max,
+        0x1234_5678 if t.size == 4 else -0x1122_3344_5566_7788 if t.min < 0 else 0x8899_AABB,
+    ]
+
+
 # --- kernels whose parameters are echoed into memory ----------------------------------
 
 

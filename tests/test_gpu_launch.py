@@ -10,7 +10,7 @@ import threading
 import numpy as np
 import pytest
 from gpu_util import poison_value, random_bits
-from launch_util import LAYOUTS, echo_kernel, echoed
+from launch_util import LAYOUTS, echo_kernel, echoed, extremes
 
 import ptxgen
 import runtime
@@ -20,16 +20,6 @@ pytestmark = pytest.mark.gpu
 
 K = ptxgen.ChannelCatBackward("f32", 128)
 N, C_TOTAL, CHUNK, OFFSET = 37, 29, 13, 7  # odd sizes: a partial block per row
-
-
-def extremes(t) -> list[int]:
-    if t.is_pointer:
-        return [0, (1 << 64) - 1, 0x7F00_DEAD_BEE0]
-    return [
-        t.min,
-        t.max,
-        0x1234_5678 if t.size == 4 else -0x1122_3344_5566_7788 if t.min < 0 else 0x8899_AABB,
-    ]
 
 
 @pytest.mark.parametrize("name", LAYOUTS)

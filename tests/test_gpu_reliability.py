@@ -278,18 +278,21 @@ def test_load_unload_cycles_and_a_million_launches_leak_nothing(dev, record_prop
             _ = module.function
             module.close()
 
+    def flat(what: str, count: int, run) -> None:
+        """Device memory and host RSS across ``run()`` stay within 1 MB; both recorded."""
+        gc.collect()
+        free_before, rss_before = dev.memory_info()[0], _rss_bytes()
+        run()
+        gc.collect()
+        free_after, rss_after = dev.memory_info()[0], _rss_bytes()
+        record_property(what, count)
+        record_property(f"{what}_device_free_bytes", f"{free_before} -> {free_after}")
+        record_property(f"{what}_host_rss_bytes", f"{rss_before} -> {rss_after}")
+        assert abs(free_after - free_before) <= 1 << 20, (what, free_before, free_after)
+        assert rss_after - rss_before <= 1 << 20, (what, rss_before, rss_after)
+
     cycles(200)  # warm-up: caches, the JIT's disk cache, allocator pools
-    gc.collect()
-    free_before, rss_before = dev.memory_info()[0], _rss_bytes()
-    cycles(10_000)
-    gc.collect()
-    dev.synchronize()
-    free_after, rss_after = dev.memory_info()[0], _rss_bytes()
-    record_property("load_unload_cycles", 10_000)
-    record_property("cycles_device_free_bytes", f"{free_before} -> {free_after}")
-    record_property("cycles_host_rss_bytes", f"{rss_before} -> {rss_after}")
-    assert abs(free_after - free_before) <= 1 << 20, (free_before, free_after)
-    assert rss_after - rss_before <= 1 << 20, (rss_before, rss_after)
+    flat("load_unload_cycles", 10_000, lambda: (cycles(10_000), dev.synchronize()))
 
     fn = dev.load(k).function
     dy, dx = dev.empty((64, 32), "f32"), dev.empty((64, 16), "f32")
@@ -298,20 +301,15 @@ def test_load_unload_cycles_and_a_million_launches_leak_nothing(dev, record_prop
     for _ in range(20_000):
         fn.launch(grid, block, args, stream=stream)
     stream.synchronize()
-    gc.collect()
-    free_before, rss_before = dev.memory_info()[0], _rss_bytes()
-    for i in range(1_000_000):
-        fn.launch(grid, block, args, stream=stream)
-        if i % 100_000 == 0:
-            stream.synchronize()  # keep the queue short
-    stream.synchronize()
-    gc.collect()
-    free_after, rss_after = dev.memory_info()[0], _rss_bytes()
-    record_property("launches", 1_000_000)
-    record_property("launches_device_free_bytes", f"{free_before} -> {free_after}")
-    record_property("launches_host_rss_bytes", f"{rss_before} -> {rss_after}")
-    assert abs(free_after - free_before) <= 1 << 20, (free_before, free_after)
-    assert rss_after - rss_before <= 1 << 20, (rss_before, rss_after)
+
+    def launches() -> None:
+        for i in range(1_000_000):
+            fn.launch(grid, block, args, stream=stream)
+            if i % 100_000 == 0:
+                stream.synchronize()  # keep the queue short
+        stream.synchronize()
+
+    flat("launches", 1_000_000, launches)
 
 
 # --- two GPUs ---------------------------------------------------------------------------
@@ -338,6 +336,27 @@ def test_two_gpus_in_one_process(dev):
     # the high-level op runs where its arrays are
     a, b = runtime.channel_cat_backward(dy1, [16, 24], 1)
     assert a.device is d1 and np.array_equal(b.to_numpy(bits=True), bits[:, 16:])
+
+    class Interface:  # a bare __cuda_array_interface__: the driver says which GPU it is on
+        def __init__(self, array):
+            self.__cuda_array_interface__ = {
+                "shape": array.shape, "typestr": "<f4", "data": (array.ptr, False), "version": 3,
+            }  # fmt: skip
+
+    d0.synchronize()  # device 0's context current on this thread
+    a, b = runtime.channel_cat_backward(Interface(dy1), [16, 24], 1)
+    assert a.device is d1 and np.array_equal(a.to_numpy(bits=True), bits[:, :16])
+    # int addresses checked by the driver: device 1's memory launches on device 1 only
+    old = runtime.check_int_pointers(True)
+    try:
+        dx1.fill_bytes(0xA5)
+        f1.launch(k.grid(50, 24), k.block, (dy1.ptr, dx1.ptr, 24, 40, 16))
+        d1.synchronize()
+        assert np.array_equal(dx1.to_numpy(bits=True), bits[:, 16:])
+        with pytest.raises(ValueError, match="is memory of device 1, the kernel runs on device 0"):
+            f0.launch(k.grid(50, 24), k.block, (dy1.ptr, dx1.ptr, 24, 40, 16))
+    finally:
+        runtime.check_int_pointers(old)
     dx0 = d0.empty((50, 24), "f32").fill_bytes(0x5A)
     with pytest.raises(ValueError, match="lives on device 1, the kernel runs on device 0"):
         f0.launch(k.grid(50, 24), k.block, (dy1, dx0, 24, 40, 16))

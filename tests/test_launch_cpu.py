@@ -4,13 +4,14 @@ and a C compiler lay out, the generated checks, prepared launches and the bindin
 from __future__ import annotations
 
 import ctypes
+import re
 import subprocess
 import sys
 from types import SimpleNamespace
 
 import pytest
 from conftest import ROOT
-from launch_util import LAYOUTS, RecordingBinding, c_struct, echo_kernel, kparam_info
+from launch_util import LAYOUTS, RecordingBinding, c_struct, echo_kernel, extremes, kparam_info
 from test_runtime_cpu import CudaArrayLike, FakeDevice, function_for
 
 import ptxgen
@@ -21,17 +22,6 @@ from runtime.errors import CudaError
 from runtime.layout import ArgumentLayout
 
 K = ptxgen.ChannelCatBackward("f32", 128)
-
-
-def extremes(t) -> list[int]:
-    """The smallest, largest and an odd value each type accepts."""
-    if t.is_pointer:
-        return [0, (1 << 64) - 1, 0x7F00_DEAD_BEE0]
-    return [
-        t.min,
-        t.max,
-        0x1234_5678 if t.size == 4 else -0x1122_3344_5566_7788 if t.min < 0 else 0x8899_AABB,
-    ]
 
 
 # --- the layout against ptxas and the C struct -----------------------------------------
@@ -102,7 +92,10 @@ def test_the_generated_source_is_readable_python():
     compile(source, "<launch>", "exec")
     assert "def launch(grid, block, args, *, stream=None, shared_mem=0):" in source
     assert "bx == 128 and by == 1 and bz == 1" in source
-    assert "0 <= a2 <= 2147483647" in source  # i32 read as .u32: the range both allow
+    # i32 read as .u32: the launch tests the bound struct would not (it packs negative
+    # i32s), and leaves the other to the packing; pack_args, which packs nothing, tests both
+    assert "a2 >= 0 and" in source and "a2 <= 2147483647" not in source.split("def pack(")[0]
+    assert "a2 >= 0 and a2 <= 2147483647" in source.split("def pack(")[1]
 
 
 @pytest.mark.parametrize(
@@ -188,6 +181,36 @@ def test_nothing_is_launched_when_a_check_fails():
         with pytest.raises((TypeError, ValueError)):
             fn.launch(1, 128, args)
     assert binding.calls == []
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            (0, 0, 2**31, 1, 0),
+            "'chunk_c' (i32, read by the kernel as .u32) = 2147483648 is out of range [0, 2147483647]",
+        ),
+        (
+            (0, 0, 1, 1, -(2**40)),
+            "'chunk_offset' (i32, read by the kernel as .u32) = -1099511627776 is out of range",
+        ),
+        ((-8, 0, 1, 1, 0), "'dy'"),
+        ((0, 2**64, 1, 1, 0), "'dx'"),
+    ],
+)
+@pytest.mark.parametrize("how", ["launch", "prepared"])
+def test_a_value_out_of_range_is_named_and_not_launched(args, message, how):
+    """Ranges that ``struct`` enforces anyway are left to the packing; its refusal
+    becomes the full check's error, before anything is launched."""
+    binding = RecordingBinding(ArgumentLayout(K.arg_names, K.arg_types))
+    fn = function_for(K, binding)
+    launch = (lambda *a: fn.launch(1, 128, a)) if how == "launch" else fn.prepare(1, 128)
+    for _ in range(3):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            launch(*args)
+    assert binding.calls == []
+    launch(0x100, 0x200, 1, 1, 0)
+    assert len(binding.calls) == 1
 
 
 # --- prepared launches --------------------------------------------------------------

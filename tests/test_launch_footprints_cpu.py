@@ -60,6 +60,52 @@ def test_arrays_short_of_the_footprint_are_refused_before_launching(args, messag
     assert binding.calls == []
 
 
+@pytest.mark.parametrize("how", ["launch", "prepared"])
+def test_refused_launches_hand_their_buffer_back(how):
+    """Values are packed before the footprint check, so every refusal after the packing
+    (the footprint refuses the scalars, an array is short, a value does not fit its
+    type) returns the pooled buffer: the next launch reuses the same one."""
+    fn, binding = recording(K)
+    grid = K.grid(8, 16)
+    launch = (lambda *a: fn.launch(grid, K.block, a)) if how == "launch" else fn.prepare(grid, K.block)
+    dy, dx = CudaArrayLike(shape=(8, 32)), CudaArrayLike(shape=(8, 16), ptr=0x9000)
+    launch(dy, dx, 16, 32, 16)
+    for bad in [
+        (dy, dx, 16, 32, 17),  # the footprint refuses chunk_offset + chunk_c > c_total
+        (dy, CudaArrayLike(shape=(4, 16), ptr=0x9000), 16, 32, 16),  # dx short
+        (dy, dx, 16, 32, 2**31),  # past i32: struct refuses it
+        (dy, dx, 16, 48, 16),  # a new combination of scalars whose need dy cannot meet
+    ]:
+        with pytest.raises(ValueError):
+            launch(*bad)
+    launch(dy, dx, 16, 32, 16)
+    assert len(binding.calls) == 2
+    params = [call.args[9] for call in binding.calls]  # the void** of the buffer handed over
+    assert params[0] == params[1]
+
+
+def test_a_value_out_of_range_is_named_without_the_struct_error_behind_it():
+    fn, _ = recording(K)
+    with pytest.raises(ValueError, match="'chunk_c'") as caught:
+        fn.launch(K.grid(8, 16), K.block, (0x1000, 0x9000, 2**31, 32, 0))
+    assert caught.value.__suppress_context__ and caught.value.__cause__ is None
+
+
+@pytest.mark.parametrize("ptr", [-16, 1 << 64])
+def test_an_interface_address_that_is_no_address_is_named(ptr):
+    fn, binding = recording(K)
+    bad = CudaArrayLike(shape=(8, 32), ptr=ptr)
+    for call in (
+        lambda: fn.launch(K.grid(8, 16), K.block, (bad, 0x9000, 16, 32, 16)),
+        lambda: fn.pack_args((bad, 0x9000, 16, 32, 16)),
+    ):
+        with pytest.raises(
+            TypeError, match=rf"argument 'dy'.*'data' holds {ptr}, which is not a 64-bit address"
+        ):
+            call()
+    assert binding.calls == []
+
+
 def test_the_footprint_follows_the_grid_not_the_arrays():
     fn, binding = recording(F)
     x, y = CudaArrayLike("|u1", shape=(3, 100)), CudaArrayLike("|u1", shape=(3, 300), ptr=0x9000)

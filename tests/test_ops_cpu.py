@@ -5,7 +5,6 @@ launch contract in numpy."""
 from __future__ import annotations
 
 import math
-import weakref
 
 import pytest
 
@@ -141,6 +140,24 @@ def test_inputs_may_share_memory_but_valid_calls_reach_the_device(monkeypatch):
 
 
 # --- the planner -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "spans, disjoint",
+    [
+        ([(0, 4)], True),
+        ([(8, 12), (0, 8)], True),  # touching ranges share no byte
+        ([(0, 8), (7, 12)], False),
+        ([(20, 30), (0, 10), (10, 20)], True),
+        ([(20, 30), (0, 10), (5, 6)], False),  # inside another
+        ([(0, 100), (40, 41), (200, 300)], False),
+    ],
+)
+def test_the_quick_paths_overlap_test(spans, disjoint):
+    """The quick path tests outputs in address order itself and leaves any other order
+    to this; whatever the order, a shared byte is found."""
+    assert ops._disjoint(list(spans)) is disjoint
+    assert ops._disjoint(list(reversed(spans))) is disjoint
 
 
 @pytest.mark.parametrize(
@@ -362,13 +379,12 @@ class EmulatedDevice:
 
 
 @pytest.fixture
-def emulated(monkeypatch):
+def emulated(monkeypatch, fresh_plans):
     # The emulator knows the seed kernel's index mapping; the fast kernels are run by the
     # PTX interpreter in tests/test_fastcat_plans.py.
     monkeypatch.setattr(plan, "VARIANTS", [plan.SEED])
     device = EmulatedDevice()
     monkeypatch.setattr(ops, "_device_for", lambda op, named: device)
-    monkeypatch.setattr(ops, "_plans", weakref.WeakKeyDictionary())
     return device
 
 
@@ -424,11 +440,10 @@ def test_a_shape_is_planned_once_and_replanned_for_new_alignments(emulated, monk
     assert len(made) == 2 and made[1].wide_align == 4 and made[0].wide_align == 0
 
 
-def test_grids_past_the_device_limit_become_several_launches(monkeypatch):
+def test_grids_past_the_device_limit_become_several_launches(monkeypatch, fresh_plans):
     monkeypatch.setattr(plan, "VARIANTS", [plan.SEED])  # the seed's grid limits are what is tested
     device = EmulatedDevice(max_grid_x=5)
     monkeypatch.setattr(ops, "_device_for", lambda op, named: device)
-    monkeypatch.setattr(ops, "_plans", weakref.WeakKeyDictionary())
     data = np.random.default_rng().integers(0, 2**63, (23, 40), dtype=np.uint64)
     pieces = runtime.channel_cat_backward(device.array((23, 40), "i64", data), [39, 1])
     assert np.array_equal(device.read(pieces[0], np.uint64), data[:, :39])

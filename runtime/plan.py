@@ -56,7 +56,7 @@ class DeviceTraits:
     ordinal: int = 0
     arch: str = "sm_90"
     max_grid_x: int = 2**31 - 1
-    multiprocessor_count: int = 132
+    max_grid_y: int = 65535
     max_shared_memory_per_block: int = 227 * 1024
 
     @classmethod
@@ -66,7 +66,7 @@ class DeviceTraits:
             ordinal=device.ordinal,
             arch=device.arch,
             max_grid_x=device.max_grid[0],
-            multiprocessor_count=device.multiprocessor_count,
+            max_grid_y=device.max_grid[1],
             max_shared_memory_per_block=device.max_shared_memory_per_block,
         )
 
@@ -299,7 +299,7 @@ def _fastcat_steps(op: str, problem: Problem | Chunk, traits: DeviceTraits) -> l
     rows, wide_align = problem.rows, problem.wide_align
     target = _fastcat_target(traits)
     launches = choose(op, rows, list(extents), isz, row_mod16=wide_align, chunk_mod16=list(aligns),
-                      sm_count=traits.multiprocessor_count, target=target, chunk=index)  # fmt: skip
+                      target=target, chunk=index)  # fmt: skip
     pitch = sum(extents) * isz
     offs = [sum(extents[:i]) * isz for i in range(len(extents))]
     widths = [e * isz for e in extents]
@@ -312,7 +312,8 @@ def _fastcat_steps(op: str, problem: Problem | Chunk, traits: DeviceTraits) -> l
         kernel = launch.kernel(target)
         args = launch.args(Ptr(WIDE), pieces, rows, pitch, offs, widths)
         # The kernels stride over their grid: any size does the work, so it may be capped.
-        steps.append(Step(kernel, (min(launch.grid, traits.max_grid_x), 1, 1), kernel.block, tuple(args)))
+        grid = (min(launch.grid, traits.max_grid_x), min(launch.grid_y, traits.max_grid_y), 1)
+        steps.append(Step(kernel, grid, kernel.block, tuple(args)))
     return steps
 
 
@@ -352,7 +353,8 @@ FASTCAT_CHUNK = Variant(
     build=lambda chunk, traits: _fastcat_steps(
         "gather" if chunk.op == "backward" else "scatter", chunk, traits
     ),
-    when="one piece: the widest access the alignments allow, several loads in flight, grid-stride",
+    when="one piece: 2-D tiles of the widest access the alignments allow, one tile per CTA "
+    "(shared-memory tiles for a wide piece at a narrow granule)",
 )
 
 # In order of preference. Kernel variants are added here, one row each.

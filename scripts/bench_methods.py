@@ -137,19 +137,20 @@ class PtxKernel:
 
 _HEADER = ".version 6.3\n.target sm_75\n.address_size 64\n\n"
 
-# Each thread moves four 16-byte vectors per trip, all four loads issued before the
-# first store (64 bytes in flight per thread), striding over the grid.
+# One 16-byte vector per thread per trip, striding over the grid; launched with a thread
+# per vector (copy16_grid), so each thread makes one trip. Measured on H200 (1 GiB):
+# this shape matches cuMemcpyDtoD (4.28 vs 4.26 TB/s), where one persistent wave of
+# CTAs with four vectors in flight a thread stops at 3.92 (docs/perf/kernels.md).
 COPY16_PTX = (
     _HEADER
     + """\
 // dst[i] = src[i] for the 16-byte vectors i < n16
 .visible .entry copy16_entry_point(.param .u64 src, .param .u64 dst, .param .u64 n16)
 {
-    .reg .pred %more1, %more2, %more3, %past;
+    .reg .pred %past;
     .reg .u32 %block_id, %block_dim, %thread, %grid_dim;
-    .reg .u64 %src, %dst, %n, %i, %i1, %i2, %i3, %threads, %trip, %thread64;
-    .reg .u64 %off0, %off1, %off2, %off3, %s0, %s1, %s2, %s3, %d0, %d1, %d2, %d3;
-    .reg .b32 %a<4>, %b<4>, %c<4>, %e<4>;
+    .reg .u64 %src, %dst, %n, %i, %threads, %thread64, %off, %s, %d;
+    .reg .b32 %a<4>;
 
     ld.param.u64 %src, [src];
     ld.param.u64 %dst, [dst];
@@ -159,39 +160,17 @@ COPY16_PTX = (
     mov.u32 %thread, %tid.x;
     mov.u32 %grid_dim, %nctaid.x;
     cvt.u64.u32 %thread64, %thread;
-    mad.wide.u32 %i, %block_id, %block_dim, %thread64;   // first vector of this thread
+    mad.wide.u32 %i, %block_id, %block_dim, %thread64;   // this thread's vector
     mul.wide.u32 %threads, %grid_dim, %block_dim;
-    shl.b64 %trip, %threads, 2;                          // four vectors per thread per trip
 LOOP:
     setp.ge.u64 %past, %i, %n;
     @%past bra DONE;
-    add.u64 %i1, %i, %threads;
-    add.u64 %i2, %i1, %threads;
-    add.u64 %i3, %i2, %threads;
-    setp.lt.u64 %more1, %i1, %n;
-    setp.lt.u64 %more2, %i2, %n;
-    setp.lt.u64 %more3, %i3, %n;
-    shl.b64 %off0, %i, 4;
-    shl.b64 %off1, %i1, 4;
-    shl.b64 %off2, %i2, 4;
-    shl.b64 %off3, %i3, 4;
-    add.u64 %s0, %src, %off0;
-    add.u64 %s1, %src, %off1;
-    add.u64 %s2, %src, %off2;
-    add.u64 %s3, %src, %off3;
-    ld.global.nc.v4.b32 {%a0, %a1, %a2, %a3}, [%s0];
-    @%more1 ld.global.nc.v4.b32 {%b0, %b1, %b2, %b3}, [%s1];
-    @%more2 ld.global.nc.v4.b32 {%c0, %c1, %c2, %c3}, [%s2];
-    @%more3 ld.global.nc.v4.b32 {%e0, %e1, %e2, %e3}, [%s3];
-    add.u64 %d0, %dst, %off0;
-    add.u64 %d1, %dst, %off1;
-    add.u64 %d2, %dst, %off2;
-    add.u64 %d3, %dst, %off3;
-    st.global.v4.b32 [%d0], {%a0, %a1, %a2, %a3};
-    @%more1 st.global.v4.b32 [%d1], {%b0, %b1, %b2, %b3};
-    @%more2 st.global.v4.b32 [%d2], {%c0, %c1, %c2, %c3};
-    @%more3 st.global.v4.b32 [%d3], {%e0, %e1, %e2, %e3};
-    add.u64 %i, %i, %trip;
+    shl.b64 %off, %i, 4;
+    add.u64 %s, %src, %off;
+    add.u64 %d, %dst, %off;
+    ld.global.nc.v4.b32 {%a0, %a1, %a2, %a3}, [%s];
+    st.global.v4.b32 [%d], {%a0, %a1, %a2, %a3};
+    add.u64 %i, %i, %threads;
     bra LOOP;
 DONE:
     ret;
@@ -228,10 +207,9 @@ COPY16 = PtxKernel(
 SPIN = PtxKernel("spin", SPIN_PTX, ("ns",), (ptxgen.Scalar("u64"),), block_size=32)
 
 
-def copy16_grid(n16: int, multiprocessors: int) -> int:
-    """One wave of 8 CTAs of 256 threads per SM (all the threads an SM holds), fewer where
-    there is less to copy."""
-    return max(1, min(8 * multiprocessors, -(-n16 // (256 * 4))))
+def copy16_grid(n16: int, max_grid_x: int = 2**31 - 1) -> int:
+    """A thread per vector (one trip each), within the device's grid limit."""
+    return max(1, min(max_grid_x, -(-n16 // COPY16.block_size)))
 
 
 # --- ceilings: a flat copy of the same bytes ------------------------------------------------
@@ -263,7 +241,7 @@ def _copy16(ctx: Any, buffers: Buffers) -> Runner:
     src, dst, n = _scratch(ctx, buffers)
     fn = ctx.dev.load(COPY16).function
     grid, args = (
-        (copy16_grid(n // 16, ctx.dev.multiprocessor_count), 1, 1),
+        (copy16_grid(n // 16, ctx.dev.max_grid[0]), 1, 1),
         (src.data_ptr(), dst.data_ptr(), n // 16),
     )
     return Runner(lambda: fn.launch(grid, COPY16.block, args), [dst], [(dst, src)], traffic=2 * n)

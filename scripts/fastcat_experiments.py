@@ -88,7 +88,7 @@ class Gpu:
         for launch in launches:
             kernel, fn = self.function(launch, target)
             args = launch.args(row_ptr, chunk_ptrs, rows, pitch, offs, widths)
-            fn.launch((launch.grid, 1, 1), kernel.block, args)
+            fn.launch((launch.grid, launch.grid_y, 1), kernel.block, args)
 
     def elapsed_ms(self, fn, reps: int, warmup: int) -> list[float]:
         torch = self.torch
@@ -204,7 +204,6 @@ def alternatives(op, rows, sizes, esize, row_mod, chunk_mods, sm, chunk=None, *,
                 esize,
                 row_mod16=row_mod,
                 chunk_mod16=list(chunk_mods),
-                sm_count=sm,
                 chunk=chunk,
             ),
             "sm_90",
@@ -452,7 +451,7 @@ def huge_case(gpu: Gpu) -> list[dict]:
         dy = torch.randint(0, 256, (rows * pitch,), dtype=torch.uint8, device="cuda")
         dx = [torch.full((rows * w,), POISON, dtype=torch.uint8, device="cuda") for w in widths]
         for op, chunk in (("split", None), ("gather", 1)):
-            launches = fc.choose(op, rows, list(sizes), esize, sm_count=gpu.sm, chunk=chunk)
+            launches = fc.choose(op, rows, list(sizes), esize, chunk=chunk)
             for d in dx:
                 d.fill_(POISON)
             gpu.run(launches, "sm_90", dy.data_ptr(), [d.data_ptr() for d in dx], rows, pitch, offs, widths)
@@ -476,7 +475,7 @@ def huge_case(gpu: Gpu) -> list[dict]:
         y.fill_(POISON)
         for d in dx:
             d.copy_(torch.randint(0, 256, d.shape, dtype=torch.uint8, device="cuda"))
-        launches = fc.choose("concat", rows, list(sizes), esize, sm_count=gpu.sm)
+        launches = fc.choose("concat", rows, list(sizes), esize)
         gpu.run(launches, "sm_90", y.data_ptr(), [d.data_ptr() for d in dx], rows, pitch, offs, widths)
         torch.cuda.synchronize()
         v = y.view(rows, pitch)
@@ -733,13 +732,21 @@ def copy_study(gpu: Gpu, args) -> list[dict]:
     out.append({"variant": "cuMemcpyDtoDAsync", "GBps": 2 * nbytes / statistics.median(ms) / 1e6})
     configs = []
     for layout in ("grid", "block"):
-        for unroll, block, mult in ((4, 256, 8), (4, 256, 2), (8, 256, 4), (4, 1024, 1)):
-            configs.append((layout, unroll, block, mult, None))
+        for unroll, block, mult in (
+            (4, 256, 8),
+            (4, 256, 2),
+            (8, 256, 4),
+            (4, 1024, 1),
+            (1, 256, 0),
+            (4, 256, 0),
+        ):
+            configs.append((layout, unroll, block, mult, None))  # mult 0: a thread per `unroll` vectors
     configs += [("grid", 4, 256, 2, "L2::256B")]
     for layout, unroll, block, mult, hint in configs:
         k = FastcatFlatCopy(unroll=unroll, block=block, layout=layout, load_hint=hint, target="sm_90")
         fn = gpu.dev.load(k).function
-        grid = gpu.sm * mult
+        grid = gpu.sm * mult if mult else -(-n_vec // (unroll * block))
+        spread = f"{mult}xSM" if mult else "all"
         ms = gpu.elapsed_ms(
             lambda: fn.launch((grid, 1, 1), k.block, (src.data_ptr(), dst.data_ptr(), n_vec)),
             args.reps,
@@ -749,7 +756,7 @@ def copy_study(gpu: Gpu, args) -> list[dict]:
         dst.zero_()
         out.append(
             {
-                "variant": f"{layout} u{unroll} b{block} grid={mult}xSM {hint or ''}".strip(),
+                "variant": f"{layout} u{unroll} b{block} grid={spread} {hint or ''}".strip(),
                 "kernel": k.id,
                 "GBps": 2 * nbytes / statistics.median(ms) / 1e6,
                 "correct": ok,

@@ -12,6 +12,7 @@ Slow (about a million instructions a minute): use small tiles and arrays.
 
 from __future__ import annotations
 
+import itertools
 import re
 import struct
 from dataclasses import dataclass, field
@@ -146,7 +147,10 @@ class _Thread:
         self.p = prog
         self.params = params
         self.regs: dict[str, object] = {}
-        self.special = {"%tid.x": tid, "%ctaid.x": ctaid, "%ntid.x": ntid, "%nctaid.x": nctaid}
+        # ctaid and nctaid are (x, y, z); threads are 1-D
+        self.special = {"%tid.x": tid, "%ntid.x": ntid, "%tid.y": 0, "%tid.z": 0, "%ntid.y": 1, "%ntid.z": 1}
+        for axis, c, n in zip("xyz", ctaid, nctaid):
+            self.special[f"%ctaid.{axis}"], self.special[f"%nctaid.{axis}"] = c, n
         self.mem = mem
         self.smem = smem
         self.executed = 0
@@ -398,14 +402,18 @@ class _Thread:
             raise RuntimeError(f"unsupported instruction {'.'.join(op)}")
 
 
-def run_kernel(kernel, grid: int, args: dict, mem: Memory) -> int:
-    """Run ``kernel`` (a ProtoKernel) on ``grid`` blocks; returns instructions executed."""
+def run_kernel(kernel, grid: int | tuple[int, ...], args: dict, mem: Memory) -> int:
+    """Run ``kernel`` on ``grid`` blocks (an int: x only; or (x, y[, z])), one block
+    after another; returns instructions executed."""
     prog = _Program(kernel.source, kernel.entry_point_name)
+    dims = (grid, 1, 1) if isinstance(grid, int) else (*grid, 1, 1)[:3]
     total = 0
-    for b in range(grid):
+    for b in itertools.product(*(range(d) for d in reversed(dims))):
+        ctaid = tuple(reversed(b))  # x varies fastest
         smem = bytearray(prog.shared_size)
         threads = [
-            _Thread(prog, args, t, b, kernel.block_size, grid, mem, smem) for t in range(kernel.block_size)
+            _Thread(prog, args, t, ctaid, kernel.block_size, dims, mem, smem)
+            for t in range(kernel.block_size)
         ]
         gens = [th.run() for th in threads]
         live = list(range(len(gens)))

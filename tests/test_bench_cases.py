@@ -219,7 +219,8 @@ def test_tile_candidates_fit_the_grid_and_the_row():
     assert tile_candidates(1, 10) == [(1024, 4)]
     assert tile_candidates(48, 10) == [(64, 64), (128, 32), (256, 16), (512, 8), (1024, 4)]
     assert all(-(-401408 // bc) <= 65535 for _, bc in tile_candidates(401408, 128))
-    assert copy16_grid(10, 132) == 1 and copy16_grid(10**9, 132) == 8 * 132
+    assert copy16_grid(10) == 1 and copy16_grid(10**9) == -(-(10**9) // 256)
+    assert copy16_grid(10**9, max_grid_x=1000) == 1000
 
 
 def test_report_only_redraws_from_the_json(tmp_path):

@@ -67,5 +67,12 @@ def test_one_piece_goes_to_the_vector_variant():
     f32 = ptxgen.resolve_dtype("f32")
     chunk = Problem("backward", f32, 1000, (64, 128, 64)).chunk(1)
     steps = plan.FASTCAT_CHUNK.build(chunk, DeviceTraits(arch="sm_90"))
-    assert [s.kernel.name for s in steps] == ["fastcat_vec_backward"]
+    assert [s.kernel.name for s in steps] == ["fastcat_rect_backward"]
     assert steps[0].args[0] == Ptr(WIDE, 64 * 4)  # the row side starts at the piece's columns
+    # 32 vectors a row, 1 a thread: tiles of 8 rows x 32 vectors, one per CTA
+    assert steps[0].kernel.id == "fastcat_rect_backward__w16__c32__u1__b256__sm_90"
+    assert steps[0].grid == (1000 // 8, 1, 1)
+    wide = Problem("forward", f32, 7, (10, 70_000)).chunk(1)  # 35,000 vectors of 8 bytes: 69 column tiles
+    steps = plan.FASTCAT_CHUNK.build(wide, DeviceTraits(arch="sm_90", max_grid_y=5))
+    assert steps[0].kernel.id == "fastcat_rect_forward__w8__c512__u4__b128__sm_90"
+    assert steps[0].grid == (7, 5, 1)  # capped by the device: the kernel strides over y

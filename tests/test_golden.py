@@ -49,6 +49,14 @@ FASTCAT_CASES = [
             "streaming_stores": True,
         },
     ),
+    (
+        ptxgen.kernels.FastcatRect,
+        {"direction": "backward", "width": 16, "cols": 8, "unroll": 2, "block": 128},
+    ),
+    (
+        ptxgen.kernels.FastcatRect,
+        {"direction": "forward", "width": 2, "cols": 2048, "unroll": 8, "block": 256, "target": "sm_75"},
+    ),
     (ptxgen.kernels.FastcatRowpack, {"direction": "backward", "widths": (1, 3), "target": "sm_90"}),
     (ptxgen.kernels.FastcatRowpack, {"direction": "forward", "widths": (3, 5), "target": "sm_75"}),
     (

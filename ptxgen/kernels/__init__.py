@@ -1,6 +1,7 @@
 """The kernels ptxgen ships, one module per family."""
 
 from .channel_cat import BLOCK_SIZES, ChannelCatBackward, ChannelCatForward, check_block_size
+from .fastcat_rect import FastcatRect
 from .fastcat_rowpack import FastcatRowpack, rowpack_rows
 from .fastcat_tile import FastcatTile
 from .fastcat_vec import FastcatFlatCopy, FastcatVec
@@ -10,6 +11,7 @@ __all__ = [
     "ChannelCatBackward",
     "ChannelCatForward",
     "FastcatFlatCopy",
+    "FastcatRect",
     "FastcatRowpack",
     "FastcatTile",
     "FastcatVec",

@@ -41,19 +41,22 @@ class Launch:
     """One launch of a plan: the kernel family and its constructor arguments, the chunks
     of the op it moves, its grid (x) and why it was chosen."""
 
-    family: str  # "vec", "tile" or "rowpack"
+    family: str  # "rect", "vec", "tile" or "rowpack"
     spec: tuple[tuple[str, object], ...]  # the kernel class's keyword arguments
     chunk_ids: tuple[int, ...]
-    grid: int
+    grid: int  # CTAs in x
     why: str
+    grid_y: int = 1  # CTAs in y (column tiles of a rect launch)
 
     def kernel(self, target: str) -> Any:
         """The kernel object (memoised: the same spec and target give the same object)."""
+        from .fastcat_rect import FastcatRect
         from .fastcat_rowpack import FastcatRowpack
         from .fastcat_tile import FastcatTile
         from .fastcat_vec import FastcatVec
 
-        make = {"vec": FastcatVec, "tile": FastcatTile, "rowpack": FastcatRowpack}[self.family]
+        families = {"rect": FastcatRect, "vec": FastcatVec, "tile": FastcatTile, "rowpack": FastcatRowpack}
+        make = families[self.family]
         return make(target=target, **dict(self.spec))
 
     def args(
@@ -65,7 +68,7 @@ class Launch:
         ids = self.chunk_ids
         if self.family == "rowpack":
             return (row_ptr, rows, *(chunk_ptrs[k] for k in ids))
-        if self.family == "vec":
+        if self.family in ("vec", "rect"):  # a rect launch is a vec launch of one chunk
             w = dict(self.spec)["width"]
             first = offs[ids[0]]
             window = offs[ids[-1]] + widths[ids[-1]] - first
@@ -105,23 +108,24 @@ def choose(
     *,
     row_mod16: int = 0,
     chunk_mod16: list[int] | tuple[int, ...] | None = None,
-    sm_count: int = 132,
     target: str = "sm_90",
     chunk: int | None = None,
 ) -> list[Launch]:
     """The launches that perform ``op`` on ``rows`` rows split into ``sizes`` channels of
     ``dtype_size`` bytes (``chunk``: the chunk of a gather or scatter); addresses modulo 16.
 
-    * gather with 8- or 16-byte accesses -> ``vec``, 8 loads in flight; a chunk narrower
-      than a third of the row -> ``vec`` at its granule, 4 in flight (prefetching 256-byte
-      blocks only where every sector holds needed bytes); else ``tile`` over its columns.
-    * scatter -> ``vec`` at its granule, the source prefetched by 256-byte blocks.
+    * gather with 8- or 16-byte accesses, or a chunk narrower than a third of the row,
+      and every scatter -> ``rect``: 2-D tiles at the widest access the alignments allow;
+      else (a wide chunk at a 1-, 2- or 4-byte granule) ``tile`` over its columns.
     * split/concat with a granule of 1 or 2 bytes, every pointer 16-byte aligned and a few
       rows of both sides within 128 bytes -> ``rowpack`` (constant byte shuffles).
     * split/concat otherwise -> ``tile`` over whole rows with the smallest granule, in
-      groups of at most :data:`MAX_CHUNKS` adjacent chunks; backward through registers
-      (8 loads in flight where the granule is >= 8, else 4), forward through cp.async
-      staging (registers on sm_75).
+      groups of at most :data:`MAX_CHUNKS` adjacent chunks; backward through registers,
+      forward through cp.async staging (registers on sm_75).
+
+    Every launch has one CTA per piece of work (a tile, a thread's rows): on an H200 a
+    grid of small CTAs, which the hardware hands out as SMs free up, runs at the speed
+    of the driver's copy, where one persistent wave tops out near 92% of it.
     """
     mods = list(chunk_mod16) if chunk_mod16 is not None else [0] * len(sizes)
     _check(op, rows, sizes, dtype_size, row_mod16, mods)
@@ -146,32 +150,13 @@ def choose(
         return []
     w = {k: access_width(row_mod16, pitch, offs[k], widths[k], mods[k]) for k in ids}
     block = 256
-    grid = sm_count * (2048 // block)  # grid-stride kernels: one full wave of 256-thread blocks
-    hint = "L2::256B" if cap >= (8, 0) else None
 
-    def vec(width: int, unroll: int, load_hint: str | None, why: str) -> Launch:
-        spec: list[tuple[str, object]] = [
-            ("direction", direction), ("width", width), ("chunks", 1), ("unroll", unroll), ("block", block),
-        ]  # fmt: skip
-        if load_hint:
-            spec.append(("load_hint", load_hint))
-        return Launch("vec", tuple(spec), tuple(ids), grid, why)
-
-    if op == "gather":
+    if per_chunk:
         k = ids[0]
-        if w[k] >= 8:
-            return [
-                vec(w[k], 8, None, f"{w[k]}-byte accesses on both sides: copy directly, 8 loads in flight")
-            ]
-        if 3 * widths[k] < pitch:
-            # A narrow chunk of a wide row: a tile would carry mostly other columns through
-            # shared memory. Prefetch whole 256-byte blocks only where every sector holds
-            # needed bytes (else the prefetch reads what is not needed).
-            dense = pitch - widths[k] < 32
-            return [vec(w[k], 4, hint if dense else None, f"narrow chunk: {w[k]}-byte accesses")]
-    if op == "scatter":
-        # The source (x_k) is read whole: prefetching 256-byte blocks never wastes.
-        return [vec(w[ids[0]], 4, hint, f"{w[ids[0]]}-byte accesses, source prefetched by 256-byte blocks")]
+        # A wide chunk at a narrow granule moves faster as 16-byte vectors re-indexed
+        # through shared memory (tile, below) than one narrow access at a time.
+        if op == "scatter" or w[k] >= 8 or 3 * widths[k] < pitch:
+            return [_rect(direction, w[k], rows, widths[k] // w[k], k)]
     if not per_chunk and all(mods[k] == 0 for k in ids) and row_mod16 == 0 and len(ids) <= 8:
         from .fastcat_rowpack import rowpack_rows
 
@@ -179,26 +164,24 @@ def choose(
         # Measured: ahead of tiles for 1- and 2-byte granules (71% vs 40%, 73% vs 66% of the
         # ceiling on 4,194,304 x (1+3)), behind them for 4 and 8 (72% vs 89%): its warps
         # are not coalesced (each thread owns 64 contiguous bytes).
-        if min(w.values()) <= 2 and rowpack_rows(narrow) * pitch <= 128:
+        n = rowpack_rows(narrow)
+        if min(w.values()) <= 2 and n * pitch <= 128:
             spec = (("direction", direction), ("widths", narrow), ("block", block))
-            return [
-                Launch("rowpack", spec, tuple(ids), grid, "short rows: constant byte shuffles in registers")
-            ]
+            threads = -(-rows // n)  # a thread moves n rows
+            why = "short rows: constant byte shuffles in registers"
+            return [Launch("rowpack", spec, tuple(ids), -(-threads // block), why)]
     launches = []
     for start in range(0, len(ids), MAX_CHUNKS):
         group = ids[start : start + MAX_CHUNKS]
         granule = min(w[k] for k in group)
         whole = offs[group[0]] == 0 and offs[group[-1]] + widths[group[-1]] == pitch
-        if direction == "forward":
-            # The chunk side goes through cp.async staging (every chunk's loads in flight at
-            # once); sm_75 has no cp.async: registers.
-            loader, unroll = ("cp.async", 4) if cap >= (8, 0) else ("regs", 4)
-        else:
-            # Register-staged loads matched cp.async and cp.async.bulk on H200; 8 in flight
-            # per thread paid off where the re-indexing is cheap (granule >= 8).
-            loader, unroll = "regs", (8 if granule >= 8 and whole else 4)
-        tile_bytes = 16 * unroll * block
-        n_tiles = -(-(rows * pitch + 15) // tile_bytes)
+        # Backward: register-staged loads matched cp.async and cp.async.bulk on H200.
+        # Forward: the chunk side goes through cp.async staging (every chunk's loads in
+        # flight at once); sm_75 has no cp.async: registers. Four 16-byte vectors a
+        # thread: with one tile per CTA, more CTAs beat more loads per thread.
+        loader = "cp.async" if direction == "forward" and cap >= (8, 0) else "regs"
+        unroll = 4
+        n_tiles = -(-(rows * pitch + 15) // (16 * unroll * block))
         spec = (
             ("direction", direction), ("chunks", len(group)), ("granule", granule), ("whole_rows", whole),
             ("unroll", unroll), ("block", block), ("loader", loader),
@@ -208,8 +191,25 @@ def choose(
                 "tile",
                 spec,
                 tuple(group),
-                max(1, min(n_tiles, sm_count * 4)),
+                n_tiles,
                 f"{granule}-byte granules: re-index through shared memory",
             )
         )
     return launches
+
+
+def _rect(direction: str, width: int, rows: int, vectors: int, k: int) -> Launch:
+    """One chunk as 2-D tiles of ``width``-byte accesses, one tile per CTA."""
+    from .fastcat_rect import GRID_Y_MAX, rect_cols
+
+    # Small CTAs, many of them (measured on H200 over 12 gathers and scatters,
+    # docs/perf/kernels.md): one 16-byte vector a thread in 256-thread CTAs led on 9
+    # (90-105% of the copy ceiling; four a thread: 82-97%); narrower accesses, 32
+    # bytes a thread in 128-thread CTAs.
+    block, unroll = (256, 1) if width == 16 else (128, min(8, 32 // width))
+    cols = rect_cols(vectors, block, unroll)
+    tile_rows = block * unroll // cols
+    spec = (("direction", direction), ("width", width), ("cols", cols), ("unroll", unroll), ("block", block))
+    why = f"{width}-byte accesses, tiles of {tile_rows} rows x {cols} vectors"
+    grid_y = min(-(-vectors // cols), GRID_Y_MAX)
+    return Launch("rect", spec, (k,), -(-rows // tile_rows), why, grid_y)

@@ -1,0 +1,298 @@
+#!/usr/bin/env python3
+"""How the grid and the CTA size set a copy kernel's speed on one GPU (the study behind
+the ``rect`` family and one-tile-per-CTA grids, docs/perf/kernels.md).
+
+1. A flat copy of 1 GiB: ``cuMemcpyDtoDAsync`` against ``FastcatFlatCopy`` at each
+   unroll, block and slot layout, on one persistent wave of CTAs (as many as fit),
+   two waves, eight 256-thread CTAs per SM, and a CTA per piece of work ("all"); and a
+   Triton copy kernel (a program per block of elements) where Triton is installed.
+2. Gathers, scatters, splits and concats (at least 256 MiB each, fresh random bytes,
+   outputs poisoned and every byte and canary checked afterwards): the planner's launch
+   (``choose``) against ``rect`` at other unrolls and blocks, the ``vec`` kernel on one
+   wave (the rule before), and tiles at other unrolls or on one wave.
+
+CUDA events, median of --reps after warm-up, GPU held by a spin while the host queues;
+per-case ceiling: ``cuMemcpyDtoDAsync`` of half the op's honest traffic. Writes
+$OUT/grid_study.json (or --json). Needs torch.
+"""
+
+# The timing closures are built and run inside one loop iteration, never later.
+# ruff: noqa: B023
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import fastcat_experiments as fe  # noqa: E402
+
+import ptxgen.kernels.fastcat as fc  # noqa: E402
+from ptxgen.kernels import FastcatFlatCopy  # noqa: E402
+from ptxgen.kernels.fastcat_rect import rect_cols  # noqa: E402
+from runtime._driver import driver  # noqa: E402
+
+# (op, rows, sizes, element size, chunk, row address mod 16, chunk addresses mod 16)
+CASES = [
+    ("gather", 16384, (4096, 8192, 4096), 1, 1, 0, None),
+    ("gather", 1 << 20, (64, 128, 64), 1, 1, 0, None),
+    ("gather", 1 << 20, (64, 128, 64), 4, 1, 0, None),
+    ("gather", 524288, (32, 48), 1, 1, 0, None),
+    ("gather", 524288, (32, 48), 4, 1, 0, None),
+    ("gather", 4194304, (1, 3), 4, 1, 0, None),
+    ("gather", 4194304, (1, 3), 8, 1, 0, None),
+    ("gather", 1000003, (17, 200, 39), 1, 1, 3, (1, 5, 7)),
+    ("gather", 300007, (100, 101), 8, 1, 8, (0, 8)),
+    ("gather", 200704, (256, 256), 1, 1, 0, None),
+    ("gather", 128, (401408, 401408), 4, 0, 0, None),
+    ("gather", 102400, (64, 64, 64), 2, 1, 0, None),
+    ("scatter", 1 << 20, (64, 128, 64), 1, 1, 0, None),
+    ("scatter", 524288, (32, 48), 2, 0, 0, None),
+    ("scatter", 4194304, (1, 3), 4, 1, 0, None),
+    ("scatter", 16384, (4096, 8192, 4096), 4, 1, 0, None),
+    ("scatter", 200704, (256, 256), 2, 1, 0, None),
+    ("split", 200704, (256, 256), 2, None, 0, None),
+    ("concat", 200704, (256, 256), 2, None, 0, None),
+    ("split", 4194304, (1, 3), 2, None, 0, None),
+    ("concat", 4194304, (1, 3), 2, None, 0, None),
+    ("split", 4194304, (1, 3), 8, None, 0, None),
+    ("concat", 4194304, (1, 3), 8, None, 0, None),
+    ("concat", 102400, (64, 64, 64), 2, None, 0, None),
+    ("split", 1000003, (17, 200, 39), 1, None, 3, (1, 5, 7)),
+    ("concat", 2000001, (33, 47), 2, None, 2, (6, 10)),
+]
+
+
+def occupancy(fn, block: int) -> int:
+    drv = driver()
+    err, n = drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(drv.CUfunction(fn.handle), block, 0)
+    if int(err):
+        raise RuntimeError(f"cuOccupancyMaxActiveBlocksPerMultiprocessor: {err}")
+    return int(n)
+
+
+def flat_copies(gpu, median) -> list[dict]:
+    torch, drv = gpu.torch, driver()
+    nbytes = 1 << 30
+    src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    n_vec = nbytes // 16
+    t = median(lambda: drv.cuMemcpyDtoDAsync(dst.data_ptr(), src.data_ptr(), nbytes, 0))
+    out = [{"copy": "cuMemcpyDtoDAsync", "GBps": 2 * nbytes / t / 1e6, "correct": True}]
+    for layout in ("block", "grid"):
+        for unroll in (1, 2, 4, 8):
+            for block in (128, 256, 512):
+                k = FastcatFlatCopy(unroll=unroll, block=block, layout=layout, target="sm_90")
+                fn = gpu.dev.load(k).function
+                fit = occupancy(fn, block)
+                grids = {
+                    "one wave": fit * gpu.sm,
+                    "two waves": 2 * fit * gpu.sm,
+                    "8x256 threads a SM": gpu.sm * 2048 // block,
+                    "all": -(-n_vec // (block * unroll)),
+                }
+                for spread, grid in grids.items():
+                    t = median(
+                        lambda: fn.launch((grid, 1, 1), k.block, (src.data_ptr(), dst.data_ptr(), n_vec))
+                    )
+                    ok = bool(torch.equal(src, dst))
+                    dst.zero_()
+                    out.append(
+                        {
+                            "copy": f"{layout} u{unroll} b{block}",
+                            "grid": spread,
+                            "ctas": grid,
+                            "ctas_a_sm": fit,
+                            "registers": fn.num_regs,
+                            "GBps": 2 * nbytes / t / 1e6,
+                            "correct": ok,
+                        }
+                    )
+                    fe.log(
+                        f"  {out[-1]['copy']:<16} {spread:<20} {out[-1]['GBps']:6.0f}{'' if ok else ' WRONG'}"
+                    )
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return out
+
+    @triton.jit
+    def copy(s, d, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(d + i, tl.load(s + i, mask=i < n), mask=i < n)
+
+    s32, d32 = src.view(torch.int32), dst.view(torch.int32)
+    for elems in (1024, 2048, 4096, 8192):
+        for warps in (4, 8):
+            grid = (-(-s32.numel() // elems),)
+            t = median(lambda: copy[grid](s32, d32, s32.numel(), BLOCK=elems, num_warps=warps))
+            ok = bool(torch.equal(src, dst))
+            dst.zero_()
+            out.append(
+                {
+                    "copy": f"triton i32 BLOCK={elems} num_warps={warps}",
+                    "GBps": 2 * nbytes / t / 1e6,
+                    "correct": ok,
+                }
+            )
+    return out
+
+
+def variants(op, rows, sizes, esize, chunk, rule, widths, direction, sm):
+    """(label, launches): the rule's, then the alternatives measured against it."""
+    out = [("rule", rule)]
+    first = rule[0]
+    if first.family == "rect":
+        w = dict(first.spec)["width"]
+        n = widths[chunk] // w
+        for unroll in (1, 2, 4, 8):
+            for block in (128, 256):
+                cols = rect_cols(n, block, unroll)
+                spec = (
+                    ("direction", direction),
+                    ("width", w),
+                    ("cols", cols),
+                    ("unroll", unroll),
+                    ("block", block),
+                )
+                grid = -(-rows // (block * unroll // cols))
+                launch = fc.Launch("rect", spec, first.chunk_ids, grid, "", min(-(-n // cols), 65535))
+                if launch.spec != first.spec:
+                    out.append((f"rect u{unroll} b{block}", [launch]))
+        unroll = 8 if op == "gather" and w >= 8 else 4
+        spec = (("direction", direction), ("width", w), ("chunks", 1), ("unroll", unroll), ("block", 256))
+        out.append(("vec, one wave (rule before)", [fc.Launch("vec", spec, first.chunk_ids, sm * 8, "")]))
+    elif first.family == "tile":
+        pitch = sum(widths)
+        for unroll in (2, 8):
+            launches = []
+            for t in rule:
+                spec = dict(t.spec) | {"unroll": unroll}
+                if dict(t.spec)["direction"] == "forward" and unroll == 8:
+                    continue  # cp.async staging doubles the shared memory: past 48 KB
+                launches.append(
+                    fc.Launch(
+                        "tile",
+                        tuple(spec.items()),
+                        t.chunk_ids,
+                        -(-(rows * pitch + 15) // (16 * unroll * 256)),
+                        "",
+                    )
+                )
+            if launches:
+                out.append((f"tile u{unroll}", launches))
+        out.append(
+            (
+                "tile, 4 CTAs a SM (rule before)",
+                [fc.Launch(t.family, t.spec, t.chunk_ids, sm * 4, "") for t in rule],
+            )
+        )
+    else:
+        out.append(
+            (
+                "rowpack, one wave (rule before)",
+                [fc.Launch(t.family, t.spec, t.chunk_ids, sm * 8, "") for t in rule],
+            )
+        )
+    return out
+
+
+def ops(gpu, median) -> list[dict]:
+    import numpy as np
+
+    torch, drv = gpu.torch, driver()
+    records = []
+    for op, rows0, sizes, esize, chunk, rmod, cmods in CASES:
+        cmods = cmods or (0,) * len(sizes)
+        widths = [s * esize for s in sizes]
+        pitch = sum(widths)
+        offs = [sum(widths[:k]) for k in range(len(widths))]
+        rows = fe.scaled_rows(rows0, pitch, 256)
+        row, chunks = fe.case_arrays(torch, rows, widths, rmod, list(cmods))
+        direction = fc.DIRECTION[op]
+        ids = [chunk] if chunk is not None else list(range(len(sizes)))
+        if op == "gather":
+            traffic = fe.honest_gather_bytes(np, rows, pitch, offs[chunk], widths[chunk], rmod)
+        elif op == "scatter":
+            traffic = fe.honest_scatter_bytes(rows, widths[chunk], cmods[chunk])
+        else:
+            traffic = 2 * rows * pitch
+        scratch = torch.empty(traffic // 2 + 4096, dtype=torch.uint8, device="cuda")
+        base = row.ptr - rmod
+        t = median(lambda: drv.cuMemcpyDtoDAsync(scratch.data_ptr(), base, traffic // 2, 0))
+        ceiling = traffic / t / 1e6
+        scratch = None
+        rule = fc.choose(op, rows, list(sizes), esize, row_mod16=rmod, chunk_mod16=list(cmods), chunk=chunk)
+        name = f"{op} {rows}x({'+'.join(map(str, sizes))}) e{esize}" + (
+            f" chunk {chunk}" if chunk is not None else ""
+        )
+        name += f" mod16 {rmod}/{list(cmods)}" if rmod or any(cmods) else ""
+        rec = {
+            "case": name,
+            "ceiling_GBps": ceiling,
+            "rule": [launch.kernel("sm_90").id for launch in rule],
+            "pct": {},
+        }
+        for label, launches in variants(op, rows, sizes, esize, chunk, rule, widths, direction, gpu.sm):
+            if direction == "backward":
+                row.fill_random()
+                for c in chunks:
+                    c.poison()
+            else:
+                for c in chunks:
+                    c.fill_random()
+                row.poison()
+            t = median(
+                lambda: gpu.run(
+                    launches, "sm_90", row.ptr, [c.ptr for c in chunks], rows, pitch, offs, widths
+                )
+            )
+            err = fe.check_result(torch, direction, rows, widths, ids, row, chunks)
+            rec["pct"][label] = (
+                round(100 * traffic / t / 1e6 / ceiling, 1) if err is None else f"WRONG: {err}"
+            )
+        fe.log(f"  {name}: " + ", ".join(f"{k} {v}" for k, v in rec["pct"].items()))
+        records.append(rec)
+        row = chunks = None
+        torch.cuda.empty_cache()
+    return records
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--reps", type=int, default=15)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--json", type=Path, default=Path(os.environ.get("OUT", ".")) / "grid_study.json")
+    args = p.parse_args(argv)
+    import runtime
+
+    reason = runtime.unavailable_reason()
+    if reason:
+        print(f"no GPU: {reason}; nothing to measure")
+        return 0
+    import torch
+
+    gpu = fe.Gpu(torch)
+
+    def median(fn) -> float:
+        return statistics.median(gpu.elapsed_ms(fn, args.reps, args.warmup))
+
+    fe.log("flat copies, 1 GiB (GB/s read + written):")
+    doc = {"gpu": torch.cuda.get_device_name(), "flat_copies": flat_copies(gpu, median)}
+    fe.log("ops (% of the copy ceiling; honest traffic):")
+    doc["ops"] = ops(gpu, median)
+    args.json.write_text(json.dumps(doc, indent=1) + "\n")
+    wrong = [r for r in doc["flat_copies"] if not r["correct"]]
+    wrong += [r for r in doc["ops"] if any(isinstance(v, str) for v in r["pct"].values())]
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -343,7 +343,8 @@ FASTCAT_FUSED = Variant(
         "split" if problem.op == "backward" else "concat", problem, traits
     ),
     when="one launch reads the wide array once and writes every piece (split), or writes whole "
-    "rows from every piece (concat): shared-memory tiles at any alignment, byte shuffles for short rows",
+    "rows from every piece (concat): direct 2-D tiles where every piece moves as 8- or 16-byte "
+    "accesses in rows under 8 KB, shared-memory tiles at any other alignment, byte shuffles for short rows",
 )
 FASTCAT_CHUNK = Variant(
     name="vector",

@@ -64,6 +64,13 @@ CASES = [
     ("split", 4194304, (1, 3), 8, None, 0, None),
     ("concat", 4194304, (1, 3), 8, None, 0, None),
     ("concat", 102400, (64, 64, 64), 2, None, 0, None),
+    ("split", 16384, (8192, 16384), 1, None, 0, None),
+    ("concat", 16384, (8192, 16384), 1, None, 0, None),
+    ("split", 524288, (32, 48), 4, None, 0, None),
+    ("concat", 524288, (32, 48), 4, None, 0, None),
+    ("concat", 51200, (128, 128, 128, 128), 2, None, 0, None),
+    ("concat", 512, (64, 64), 4, None, 0, None),
+    ("concat", 2048, (3, 5, 24), 8, None, 0, None),
     ("split", 1000003, (17, 200, 39), 1, None, 3, (1, 5, 7)),
     ("concat", 2000001, (33, 47), 2, None, 2, (6, 10)),
 ]
@@ -150,25 +157,34 @@ def variants(op, rows, sizes, esize, chunk, rule, widths, direction, sm):
     out = [("rule", rule)]
     first = rule[0]
     if first.family == "rect":
-        w = dict(first.spec)["width"]
-        n = widths[chunk] // w
+        spec0 = dict(first.spec)
+        w, count = spec0["width"], spec0["chunks"]
+        ids = first.chunk_ids
+        n = sum(widths[k] for k in ids) // w
         for unroll in (1, 2, 4, 8):
             for block in (128, 256):
                 cols = rect_cols(n, block, unroll)
                 spec = (
-                    ("direction", direction),
-                    ("width", w),
-                    ("cols", cols),
-                    ("unroll", unroll),
-                    ("block", block),
-                )
+                    ("direction", direction), ("width", w), ("cols", cols), ("chunks", count),
+                    ("unroll", unroll), ("block", block),
+                )  # fmt: skip
                 grid = -(-rows // (block * unroll // cols))
-                launch = fc.Launch("rect", spec, first.chunk_ids, grid, "", min(-(-n // cols), 65535))
+                launch = fc.Launch("rect", spec, ids, grid, "", min(-(-n // cols), 65535))
                 if launch.spec != first.spec:
                     out.append((f"rect u{unroll} b{block}", [launch]))
-        unroll = 8 if op == "gather" and w >= 8 else 4
-        spec = (("direction", direction), ("width", w), ("chunks", 1), ("unroll", unroll), ("block", 256))
-        out.append(("vec, one wave (rule before)", [fc.Launch("vec", spec, first.chunk_ids, sm * 8, "")]))
+        if op in ("gather", "scatter"):
+            unroll = 8 if op == "gather" and w >= 8 else 4
+            spec = (("direction", direction), ("width", w), ("chunks", 1), ("unroll", unroll), ("block", 256))
+            out.append(("vec, one wave (rule before)", [fc.Launch("vec", spec, ids, sm * 8, "")]))
+        else:  # the shared-memory tiles the rule took before
+            pitch = sum(widths)
+            loader = "cp.async" if direction == "forward" else "regs"
+            spec = (
+                ("direction", direction), ("chunks", count), ("granule", w), ("whole_rows", True),
+                ("unroll", 4), ("block", 256), ("loader", loader),
+            )  # fmt: skip
+            tiles = -(-(rows * pitch + 15) // (16 * 4 * 256))
+            out.append(("tile (rule before)", [fc.Launch("tile", spec, ids, tiles, "")]))
     elif first.family == "tile":
         pitch = sum(widths)
         for unroll in (2, 8):

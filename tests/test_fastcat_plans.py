@@ -17,6 +17,7 @@ CASES = [
     ("forward", "f16", 4, (5, 1, 8), 2, (6, 2, 0)),
     ("backward", "f32", 3, (4, 8), 0, (0, 0)),  # aligned: 16-byte paths
     ("forward", "u8", 6, (1, 3), 0, (0, 0)),  # short rows
+    ("forward", "f64", 5, (2, 3, 1), 8, (8, 0, 8)),  # 8-byte accesses: rect over three chunks
 ]
 
 
@@ -69,10 +70,10 @@ def test_one_piece_goes_to_the_vector_variant():
     steps = plan.FASTCAT_CHUNK.build(chunk, DeviceTraits(arch="sm_90"))
     assert [s.kernel.name for s in steps] == ["fastcat_rect_backward"]
     assert steps[0].args[0] == Ptr(WIDE, 64 * 4)  # the row side starts at the piece's columns
-    # 32 vectors a row, 1 a thread: tiles of 8 rows x 32 vectors, one per CTA
-    assert steps[0].kernel.id == "fastcat_rect_backward__w16__c32__u1__b256__sm_90"
+    # 32 vectors a row, 2 a thread of 128: tiles of 8 rows x 32 vectors, one per CTA
+    assert steps[0].kernel.id == "fastcat_rect_backward__w16__c32__k1__u2__b128__sm_90"
     assert steps[0].grid == (1000 // 8, 1, 1)
     wide = Problem("forward", f32, 7, (10, 70_000)).chunk(1)  # 35,000 vectors of 8 bytes: 69 column tiles
     steps = plan.FASTCAT_CHUNK.build(wide, DeviceTraits(arch="sm_90", max_grid_y=5))
-    assert steps[0].kernel.id == "fastcat_rect_forward__w8__c512__u4__b128__sm_90"
+    assert steps[0].kernel.id == "fastcat_rect_forward__w8__c512__k1__u4__b128__sm_90"
     assert steps[0].grid == (7, 5, 1)  # capped by the device: the kernel strides over y

@@ -57,6 +57,10 @@ FASTCAT_CASES = [
         ptxgen.kernels.FastcatRect,
         {"direction": "forward", "width": 2, "cols": 2048, "unroll": 8, "block": 256, "target": "sm_75"},
     ),
+    (
+        ptxgen.kernels.FastcatRect,
+        {"direction": "forward", "width": 8, "cols": 64, "chunks": 3, "unroll": 4, "block": 128},
+    ),
     (ptxgen.kernels.FastcatRowpack, {"direction": "backward", "widths": (1, 3), "target": "sm_90"}),
     (ptxgen.kernels.FastcatRowpack, {"direction": "forward", "widths": (3, 5), "target": "sm_75"}),
     (

@@ -20,9 +20,25 @@ from typing import Any
 from ..targets import resolve_target, target_capability
 from .fastcat_common import MAX_CHUNKS, WIDTHS
 
-__all__ = ["MAX_CHUNKS", "OPS", "WIDTHS", "Launch", "access_width", "choose"]
+__all__ = [
+    "MAX_CHUNKS",
+    "OPS",
+    "RECT_GRANULE",
+    "RECT_MAX_WINDOW",
+    "WIDTHS",
+    "Launch",
+    "access_width",
+    "choose",
+]
 
 OPS = ("gather", "scatter", "split", "concat")
+# Splits and concats whose every chunk moves as accesses at least this wide copy directly
+# (rect) instead of through shared-memory tiles.
+RECT_GRANULE = 8
+# ... and whose rows (of the group's window) are narrower than this many bytes. Wider
+# rows ran faster as flat tiles (H200: 97-99% of the copy ceiling against 90-95% for
+# rect on 16,384 x (8,192+16,384) and 128 x (401,408+401,408) in 2- to 8-byte types).
+RECT_MAX_WINDOW = 8192
 DIRECTION = {"gather": "backward", "split": "backward", "scatter": "forward", "concat": "forward"}
 
 
@@ -119,9 +135,12 @@ def choose(
       else (a wide chunk at a 1-, 2- or 4-byte granule) ``tile`` over its columns.
     * split/concat with a granule of 1 or 2 bytes, every pointer 16-byte aligned and a few
       rows of both sides within 128 bytes -> ``rowpack`` (constant byte shuffles).
-    * split/concat otherwise -> ``tile`` over whole rows with the smallest granule, in
-      groups of at most :data:`MAX_CHUNKS` adjacent chunks; backward through registers,
-      forward through cp.async staging (registers on sm_75).
+    * split/concat whose every chunk moves as accesses of :data:`RECT_GRANULE` bytes or
+      more, in rows narrower than :data:`RECT_MAX_WINDOW` bytes -> ``rect`` over the
+      chunks' window, in groups of at most :data:`MAX_CHUNKS` adjacent chunks (the same
+      groups below).
+    * split/concat otherwise -> ``tile`` over whole rows with the smallest granule;
+      backward through registers, forward through cp.async staging (registers on sm_75).
 
     Every launch has one CTA per piece of work (a tile, a thread's rows): on an H200 a
     grid of small CTAs, which the hardware hands out as SMs free up, runs at the speed
@@ -156,7 +175,7 @@ def choose(
         # A wide chunk at a narrow granule moves faster as 16-byte vectors re-indexed
         # through shared memory (tile, below) than one narrow access at a time.
         if op == "scatter" or w[k] >= 8 or 3 * widths[k] < pitch:
-            return [_rect(direction, w[k], rows, widths[k] // w[k], k)]
+            return [_rect(direction, w[k], rows, widths[k] // w[k], [k])]
     if not per_chunk and all(mods[k] == 0 for k in ids) and row_mod16 == 0 and len(ids) <= 8:
         from .fastcat_rowpack import rowpack_rows
 
@@ -174,6 +193,11 @@ def choose(
     for start in range(0, len(ids), MAX_CHUNKS):
         group = ids[start : start + MAX_CHUNKS]
         granule = min(w[k] for k in group)
+        window = offs[group[-1]] + widths[group[-1]] - offs[group[0]]
+        if granule >= RECT_GRANULE and window < RECT_MAX_WINDOW:
+            # Every chunk moves as whole vectors: copy directly, no shared memory.
+            launches.append(_rect(direction, granule, rows, window // granule, group))
+            continue
         whole = offs[group[0]] == 0 and offs[group[-1]] + widths[group[-1]] == pitch
         # Backward: register-staged loads matched cp.async and cp.async.bulk on H200.
         # Forward: the chunk side goes through cp.async staging (every chunk's loads in
@@ -198,18 +222,26 @@ def choose(
     return launches
 
 
-def _rect(direction: str, width: int, rows: int, vectors: int, k: int) -> Launch:
-    """One chunk as 2-D tiles of ``width``-byte accesses, one tile per CTA."""
+def _rect(direction: str, width: int, rows: int, vectors: int, group: list[int]) -> Launch:
+    """Adjacent chunks as 2-D tiles of ``width``-byte accesses over their window, one tile
+    per CTA."""
     from .fastcat_rect import GRID_Y_MAX, rect_cols
 
-    # Small CTAs, many of them (measured on H200 over 12 gathers and scatters,
-    # docs/perf/kernels.md): one 16-byte vector a thread in 256-thread CTAs led on 9
-    # (90-105% of the copy ceiling; four a thread: 82-97%); narrower accesses, 32
+    # Measured on H200 over 18 gathers, scatters, splits and concats (docs/perf/kernels.md):
+    # 16-byte accesses, 2 a thread in 128-thread CTAs (4 KB) reached 90-100% of the copy
+    # ceiling where rows of the window are short, but windows of 512 vectors or more ran
+    # at 96-99% only with 32 KB CTAs (8 a thread, 256 threads); narrower accesses, 32
     # bytes a thread in 128-thread CTAs.
-    block, unroll = (256, 1) if width == 16 else (128, min(8, 32 // width))
+    if width == 16:
+        block, unroll = (256, 8) if vectors >= 512 else (128, 2)
+    else:
+        block, unroll = 128, min(8, 32 // width)
     cols = rect_cols(vectors, block, unroll)
     tile_rows = block * unroll // cols
-    spec = (("direction", direction), ("width", width), ("cols", cols), ("unroll", unroll), ("block", block))
+    spec = (
+        ("direction", direction), ("width", width), ("cols", cols), ("chunks", len(group)),
+        ("unroll", unroll), ("block", block),
+    )  # fmt: skip
     why = f"{width}-byte accesses, tiles of {tile_rows} rows x {cols} vectors"
     grid_y = min(-(-vectors // cols), GRID_Y_MAX)
-    return Launch("rect", spec, (k,), -(-rows // tile_rows), why, grid_y)
+    return Launch("rect", spec, tuple(group), -(-rows // tile_rows), why, grid_y)

@@ -8,7 +8,11 @@ a given size.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Mapping
+
 from ..args import Pointer, Scalar
+from ..footprint import Footprint, FootprintError
 from ..function import PtxFunction
 from ..ptxtypes import Reg, Vec
 from ..targets import target_capability
@@ -28,6 +32,8 @@ __all__ = [
     "data_regs",
     "ld_type",
     "pack_bytes",
+    "window_chunk_vectors",
+    "window_footprints",
 ]
 
 # Chunks per launch: each costs 16 bytes of parameters and one unrolled copy of the
@@ -92,3 +98,62 @@ def pack_bytes(fn: PtxFunction, word: Reg, parts: list[Reg], lo: Reg, hi: Reg) -
     fn.inst("prmt.b32", lo, parts[0], parts[1], 0x0040, comment="bytes 0,1")
     fn.inst("prmt.b32", hi, parts[2], parts[3], 0x0040, comment="bytes 2,3")
     fn.inst("prmt.b32", word, lo, hi, 0x5410)
+
+
+# --- the window contract of the direct-copy kernels (vec, rect) ---------------------------
+
+
+def window_chunk_vectors(name: str, chunks: int, scalars: Mapping[str, int]) -> tuple[int, ...]:
+    """How many vectors of each row each of ``chunks`` adjacent chunks receives (backward)
+    or gives (forward): the window's vectors ``[start_k, start_{k+1})``, the last chunk's
+    up to ``window_vectors``. Raises :class:`FootprintError` for starts that do not ascend."""
+    n = scalars["window_vectors"]
+    if chunks == 1:
+        return (n,)
+    starts = [0] + [scalars[f"chunk{k}_start"] for k in range(1, chunks)]
+    if any(b < a for a, b in itertools.pairwise(starts)):
+        raise FootprintError(
+            f"{name}: chunk starts {starts[1:]} (chunk1_start..) must ascend; "
+            "the kernel picks the last chunk whose start a vector has reached"
+        )
+    ends = [*starts[1:], n]
+    return tuple(max(0, min(e, n) - min(s, n)) for s, e in zip(starts, ends))
+
+
+def window_footprints(
+    name: str, width: int, chunks: int, scalars: Mapping[str, int], live: bool, backward: bool
+) -> tuple[Footprint, ...]:
+    """The footprints of a direct copy between a window of the row side (``row_base``,
+    ``row_pitch``, ``rows``, ``window_vectors`` accesses of ``width`` bytes) and
+    ``chunks`` adjacent chunks (``chunk{k}_ptr``, ``chunk{k}_pitch``, ``chunk{k}_start``);
+    ``live``: the grid has CTAs. Raises :class:`FootprintError` for a pitch ``width`` does
+    not divide, ``window_vectors`` outside 1..2**31 with rows, a window wider than the row
+    pitch or a chunk's vectors wider than its pitch (rows would overlap)."""
+    w, rows, n = width, scalars["rows"], scalars["window_vectors"]
+    pitches = [scalars["row_pitch"]] + [scalars[f"chunk{k}_pitch"] for k in range(chunks)]
+    bad = [p for p in pitches if p % w]
+    if bad:
+        raise FootprintError(f"{name}: pitch {bad[0]} is not a multiple of the access width {w}")
+    if rows > 0 and not 1 <= n <= 1 << 31:
+        raise FootprintError(
+            f"{name}: window_vectors = {n} is not accepted; accepted: 1..2**31 when rows > 0"
+        )
+    if rows > 1 and n * w > pitches[0]:
+        raise FootprintError(
+            f"{name}: the window ({n} vectors of {w} bytes) is wider than row_pitch {pitches[0]}"
+        )
+    counts = window_chunk_vectors(name, chunks, scalars)
+    for k, (c, p) in enumerate(zip(counts, pitches[1:])):
+        if rows > 1 and c * w > p:
+            raise FootprintError(
+                f"{name}: chunk {k} gets {c} vectors of {w} bytes a row, wider than its pitch {p}"
+            )
+    live = live and rows > 0
+
+    def extent(pitch: int, vectors: int) -> int:
+        return (rows - 1) * pitch + vectors * w if live and vectors else 0
+
+    out = [Footprint("row_base", extent(pitches[0], n), 1, w, writes=not backward)]
+    for k, c in enumerate(counts):
+        out.append(Footprint(f"chunk{k}_ptr", extent(pitches[k + 1], c), 1, w, writes=backward))
+    return tuple(out)

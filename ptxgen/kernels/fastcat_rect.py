@@ -1,9 +1,10 @@
-"""The ``rect`` family: one chunk moved as 2-D tiles, one tile per CTA, no division.
+"""The ``rect`` family: direct copies in 2-D tiles, one tile per CTA, no division.
 
-``FastcatRect`` copies a rectangle of ``rows x vectors`` accesses of ``width`` bytes
+``FastcatRect`` copies a window of ``rows x window_vectors`` accesses of ``width`` bytes
 between the row side (``rows`` rows of ``row_pitch`` bytes; ``row_base`` points at the
-chunk's first byte in row 0) and the chunk (``rows`` rows of ``chunk_pitch`` bytes).
-Backward gathers row side -> chunk, forward scatters chunk -> row side.
+window's first byte in row 0) and ``chunks`` adjacent chunks (each ``rows`` rows of its own
+pitch) that share the window's columns between them. Backward gathers (one chunk) or
+splits (several) row side -> chunks; forward scatters or concatenates chunks -> row side.
 
 Why it exists: ``FastcatVec`` spreads the work over one persistent wave of CTAs and
 finds each slot's (row, vector) with a 64-bit division. On an H200 a persistent wave
@@ -32,6 +33,7 @@ from ..targets import resolve_target
 from .fastcat_common import (
     BYTES_IN,
     BYTES_OUT,
+    MAX_CHUNKS,
     U32,
     U64,
     WIDTHS,
@@ -39,6 +41,8 @@ from .fastcat_common import (
     check_choice,
     data_regs,
     ld_type,
+    window_chunk_vectors,
+    window_footprints,
 )
 
 __all__ = ["COLS", "GRID_Y_MAX", "FastcatRect", "rect_cols"]
@@ -60,15 +64,17 @@ def rect_cols(vectors: int, block: int, unroll: int) -> int:
 
 
 class FastcatRect(KernelBase):
-    """A ``rows x vectors`` rectangle of ``width``-byte accesses, 2-D tiles of
-    ``block * unroll / cols`` rows by ``cols`` vectors, one tile per CTA.
+    """A window of ``rows x window_vectors`` accesses of ``width`` bytes between the row
+    side and ``chunks`` adjacent chunks, in 2-D tiles of ``block * unroll / cols`` rows by
+    ``cols`` vectors, one tile per CTA.
 
-    Arguments: ``row_base, row_pitch, rows, vectors, chunk_ptr, chunk_pitch``. ``width``
-    must divide ``row_base``, ``row_pitch``, ``chunk_ptr`` and ``chunk_pitch`` (the
-    planner checks; :meth:`footprints` refuses pitches it does not divide).
+    Arguments: ``row_base, row_pitch, rows, window_vectors``, then per chunk ``k``
+    ``chunk{k}_ptr, chunk{k}_pitch`` and, with several chunks, ``chunk{k}_start`` (its
+    first vector in the window; ascending; chunk 0's is not read) - the arguments of
+    :class:`FastcatVec`. ``width`` must divide ``row_base``, ``row_pitch`` and every
+    chunk's pointer and pitch (the planner checks; :meth:`footprints` refuses pitches it
+    does not divide). A vector's chunk is found once per column tile, out of the row loop.
     """
-
-    name = "fastcat_rect"
 
     @classmethod
     def cache_key(
@@ -77,6 +83,7 @@ class FastcatRect(KernelBase):
         direction: str,
         width: int,
         cols: int,
+        chunks: int = 1,
         unroll: int = 4,
         block: int = 256,
         target: str = "sm_90",
@@ -93,7 +100,9 @@ class FastcatRect(KernelBase):
                 f"cols = {cols} is not accepted with block {block} and unroll {unroll}; "
                 f"accepted: a power of two up to block * unroll = {block * unroll}"
             )
-        return (direction, width, cols, unroll, block, target)
+        if isinstance(chunks, bool) or not isinstance(chunks, int) or not 1 <= chunks <= MAX_CHUNKS:
+            raise ValueError(f"chunks = {chunks!r} is not accepted; accepted: an int in 1..{MAX_CHUNKS}")
+        return (direction, width, cols, chunks, unroll, block, target)
 
     def __init__(
         self,
@@ -101,19 +110,35 @@ class FastcatRect(KernelBase):
         direction: str,
         width: int,
         cols: int,
+        chunks: int = 1,
         unroll: int = 4,
         block: int = 256,
         target: str = "sm_90",
     ) -> None:
-        (self.direction, self.width, self.cols, self.unroll, self.block_size, self.target) = self.cache_key(
-            direction=direction, width=width, cols=cols, unroll=unroll, block=block, target=target
+        (self.direction, self.width, self.cols, self.chunks, self.unroll, self.block_size, self.target) = (
+            self.cache_key(
+                direction=direction,
+                width=width,
+                cols=cols,
+                chunks=chunks,
+                unroll=unroll,
+                block=block,
+                target=target,
+            )
         )
         self.tile_rows = block * unroll // cols
         self.name = f"fastcat_rect_{direction}"  # type: ignore[misc]
-        self.id = f"{self.name}__w{width}__c{cols}__u{unroll}__b{block}__{self.target}"
+        self.id = f"{self.name}__w{width}__c{cols}__k{chunks}__u{unroll}__b{block}__{self.target}"
         row_side, chunk_side = (BYTES_IN, BYTES_OUT) if direction == "backward" else (BYTES_OUT, BYTES_IN)
-        self.arg_names = ("row_base", "row_pitch", "rows", "vectors", "chunk_ptr", "chunk_pitch")
-        self.arg_types = (row_side, U64, U64, U32, chunk_side, U64)
+        names: list[str] = ["row_base", "row_pitch", "rows", "window_vectors"]
+        types: list[Any] = [row_side, U64, U64, U32]
+        for k in range(chunks):
+            names += [f"chunk{k}_ptr", f"chunk{k}_pitch"]
+            types += [chunk_side, U64]
+            if chunks > 1:
+                names.append(f"chunk{k}_start")
+                types.append(U32)
+        self.arg_names, self.arg_types = tuple(names), tuple(types)
         self.block = (block, 1, 1)
         self.shared_bytes = 0
         self.info: dict[str, Any] = {
@@ -122,6 +147,7 @@ class FastcatRect(KernelBase):
             "width": width,
             "cols": cols,
             "tile_rows": self.tile_rows,
+            "chunks": chunks,
             "unroll": unroll,
             "block": block,
         }
@@ -130,57 +156,43 @@ class FastcatRect(KernelBase):
     def __repr__(self) -> str:
         return (
             f"FastcatRect(direction={self.direction!r}, width={self.width}, cols={self.cols}, "
-            f"unroll={self.unroll}, block={self.block_size}, target={self.target!r})"
+            f"chunks={self.chunks}, unroll={self.unroll}, block={self.block_size}, target={self.target!r})"
         )
 
-    def grid(self, rows: int, vectors: int) -> tuple[int, int, int]:
+    def grid(self, rows: int, window_vectors: int) -> tuple[int, int, int]:
         """One CTA per tile (what the planner launches), within the driver's grid limits;
         the kernel strides over both dimensions, so a capped grid still does everything."""
         row_tiles = -(-rows // self.tile_rows)
-        col_tiles = -(-vectors // self.cols)
+        col_tiles = -(-window_vectors // self.cols)
         return (max(1, min(row_tiles, 2**31 - 1)), max(1, min(col_tiles, GRID_Y_MAX)), 1)
 
     # --- what a launch touches ----------------------------------------------------------
+
+    def chunk_vectors(self, scalars: Mapping[str, int]) -> tuple[int, ...]:
+        """How many vectors of each row each chunk receives (backward) or gives (forward),
+        as for :class:`FastcatVec`."""
+        return window_chunk_vectors(self.name, self.chunks, scalars)
 
     def footprints(
         self, grid: tuple[int, int, int], block: tuple[int, int, int], scalars: Mapping[str, int]
     ) -> tuple[Footprint, ...]:
         """Exact bytes from each pointer: the row side touches ``(rows - 1) * row_pitch +
-        vectors * width``, the chunk ``(rows - 1) * chunk_pitch + vectors * width`` (0 when
-        ``rows`` is 0); both pointers ``width``-aligned. Any grid with one CTA in z covers
-        every access.
+        window_vectors * width``, chunk ``k`` ``(rows - 1) * chunk{k}_pitch + n_k * width``
+        (``n_k`` from :meth:`chunk_vectors`; 0 when ``n_k`` or ``rows`` is 0); every pointer
+        ``width``-aligned. Any grid with one CTA in z covers every access.
 
         Raises :class:`FootprintError` where the kernel would misbehave: a pitch ``width``
-        does not divide, ``vectors`` outside 1..2**31 (column indices are 32-bit), a row
-        of the rectangle wider than either pitch (rows would overlap), a grid with more
-        than one CTA in z (each z slice would repeat the copy), or another block shape."""
+        does not divide, ``window_vectors`` outside 1..2**31 (column indices are 32-bit),
+        a window wider than the row pitch, a chunk's vectors wider than its pitch (rows
+        would overlap), starts that do not ascend, a grid with more than one CTA in z
+        (each z slice would repeat the copy), or another block shape."""
         if tuple(block) != self.block:
             raise FootprintError(f"{self.name} is built for block {self.block}, not {tuple(block)}")
         if grid[2] != 1:
             raise FootprintError(f"{self.name}: grid {tuple(grid)} must have 1 CTA in z")
-        w, rows, n = self.width, scalars["rows"], scalars["vectors"]
-        pitches = {"row_pitch": scalars["row_pitch"], "chunk_pitch": scalars["chunk_pitch"]}
-        for what, p in pitches.items():
-            if p % w:
-                raise FootprintError(f"{self.name}: {what} = {p} is not a multiple of the access width {w}")
-        if rows > 0 and not 1 <= n <= 1 << 31:
-            raise FootprintError(
-                f"{self.name}: vectors = {n} is not accepted; accepted: 1..2**31 when rows > 0"
-            )
-        for what, p in pitches.items():
-            if rows > 1 and n * w > p:
-                raise FootprintError(
-                    f"{self.name}: a row of {n} vectors of {w} bytes is wider than {what} {p}"
-                )
-        live = rows > 0 and grid[0] > 0 and grid[1] > 0
-
-        def extent(pitch: int) -> int:
-            return (rows - 1) * pitch + n * w if live else 0
-
-        backward = self.direction == "backward"
-        return (
-            Footprint("row_base", extent(pitches["row_pitch"]), 1, w, writes=not backward),
-            Footprint("chunk_ptr", extent(pitches["chunk_pitch"]), 1, w, writes=backward),
+        live = grid[0] > 0 and grid[1] > 0
+        return window_footprints(
+            self.name, self.width, self.chunks, scalars, live, self.direction == "backward"
         )
 
     # --- emission ------------------------------------------------------------------------
@@ -193,40 +205,46 @@ class FastcatRect(KernelBase):
             self.cols,
             self.tile_rows,
         )
+        chunks = self.chunks
         log_cols = cols.bit_length() - 1
+        backward = self.direction == "backward"
         module = PtxModule(
             self.target,
             comment=[
-                f"{self.name}: a rows x vectors rectangle of {w}-byte accesses, in tiles of",
-                f"{tile_rows} rows x {cols} vectors, one tile per CTA (ctaid.x: row tile, ctaid.y:",
-                "column tile, both grid-stride). A thread's slot u is tile element u*block + tid:",
-                "its row and column are shifts and masks of constants. All loads, then all stores.",
+                f"{self.name}: a rows x window_vectors window of {w}-byte accesses and {chunks} chunk(s),",
+                f"in tiles of {tile_rows} rows x {cols} vectors, one tile per CTA (ctaid.x: row tile,",
+                "ctaid.y: column tile, both grid-stride). A thread's slot u is tile element",
+                "u*block + tid: its row and column are shifts and masks of constants. Each slot's",
+                "addresses are set once per column tile and stepped by the row loop. All loads first.",
             ],
         )
         fn = module.entry(self.entry_point_name)
         params = {n: fn.param(n, t.ptx_type, comment=str(t)) for n, t in zip(self.arg_names, self.arg_types)}
         fn.directive(".maxntid", block, 1, 1)
         reg = fn.reg
-        row_base, chunk_base = reg("row_base", "u64"), reg("chunk_base", "u64")
-        pitch, chunk_pitch, rows = reg("row_pitch", "u64"), reg("chunk_pitch", "u64"), reg("rows", "u64")
-        n_vec, thread = reg("vectors", "u32"), reg("thread", "u32")
+        row_base, pitch, rows = reg("row_base", "u64"), reg("row_pitch", "u64"), reg("rows", "u64")
+        n_vec, thread = reg("window_vectors", "u32"), reg("thread", "u32")
         t_row, t_col = reg("t_row", "u32"), reg("t_col", "u32")
         col0, col_step = reg("col0", "u32"), reg("col_step", "u32")
-        row0, row_step = reg("row0", "u64"), reg("row_step", "u64")
-        left, left32 = reg("left", "u64"), reg("left32", "u32")
-        row_tile, chunk_tile = reg("row_tile", "u64"), reg("chunk_tile", "u64")
-        row_jump, chunk_jump = reg("row_jump", "u64"), reg("chunk_jump", "u64")
+        first_row, row0, row_step = reg("first_row", "u64"), reg("row0", "u64"), reg("row_step", "u64")
+        left, left32, row_jump = reg("left", "u64"), reg("left32", "u32"), reg("row_jump", "u64")
         tmp32, tmp64, r64 = reg("tmp32", "u32"), reg("tmp64", "u64"), reg("r64", "u64")
+        c_ptr, c_pitch, col, c_col = (
+            reg("c_ptr", "u64"),
+            reg("c_pitch", "u64"),
+            reg("col", "u32"),
+            reg("c_col", "u32"),
+        )
         done = reg("done", "pred")
 
         fn.banner("arguments")
-        for r, name in ((row_base, "row_base"), (chunk_base, "chunk_ptr")):
-            fn.inst("ld.param.u64", r, Addr(params[name]))
-            fn.inst("cvta.to.global.u64", r, r)
+        fn.inst("ld.param.u64", row_base, Addr(params["row_base"]), comment="row side + window start")
+        fn.inst("cvta.to.global.u64", row_base, row_base)
         fn.inst("ld.param.u64", pitch, Addr(params["row_pitch"]), comment="row-side bytes per row")
-        fn.inst("ld.param.u64", chunk_pitch, Addr(params["chunk_pitch"]), comment="chunk bytes per row")
         fn.inst("ld.param.u64", rows, Addr(params["rows"]))
-        fn.inst("ld.param.u32", n_vec, Addr(params["vectors"]), comment="accesses per row")
+        fn.inst(
+            "ld.param.u32", n_vec, Addr(params["window_vectors"]), comment="accesses per row in the window"
+        )
 
         fn.banner(f"this thread's place in a tile of {tile_rows} rows x {cols} vectors")
         fn.inst("mov.u32", thread, SPECIAL_REGS["tid.x"])
@@ -243,69 +261,90 @@ class FastcatRect(KernelBase):
         fn.inst("mov.u32", tmp32, SPECIAL_REGS["nctaid.x"])
         fn.inst("mul.wide.u32", row_step, tmp32, tile_rows, comment="rows a grid of row tiles covers")
         fn.inst("mul.lo.u64", row_jump, row_step, pitch, comment="... as row-side bytes")
-        fn.inst("mul.lo.u64", chunk_jump, row_step, chunk_pitch, comment="... as chunk bytes")
+        fn.inst("mov.u32", tmp32, SPECIAL_REGS["ctaid.x"])
+        fn.inst("mul.wide.u32", first_row, tmp32, tile_rows, comment="this CTA's first row tile")
         fn.inst("mov.u32", tmp32, SPECIAL_REGS["nctaid.y"])
         fn.inst("shl.b32", col_step, tmp32, log_cols, comment="vectors a grid of column tiles covers")
         fn.inst("mov.u32", tmp32, SPECIAL_REGS["ctaid.y"])
         fn.inst("shl.b32", col0, tmp32, log_cols, comment="this CTA's first column tile")
 
-        col_live = [reg(f"col_live_{u}", "pred") for u in range(unroll)]
-        row_off = [reg(f"row_off_{u}", "u64") for u in range(unroll)]
-        chunk_off = [reg(f"chunk_off_{u}", "u64") for u in range(unroll)]
         r_u = [reg(f"slot_row_{u}", "u32") for u in range(unroll)]
+        col_live = [reg(f"col_live_{u}", "pred") for u in range(unroll)]
+        row_addr = [reg(f"row_addr_{u}", "u64") for u in range(unroll)]
+        chunk_addr = [reg(f"chunk_addr_{u}", "u64") for u in range(unroll)]
+        # One chunk: one row step for every slot. Several: each slot's chunk has its own pitch.
+        chunk_jump = [reg(f"chunk_jump_{u}", "u64") for u in range(unroll if chunks > 1 else 1)]
+        k_start = reg("k_start", "u32") if chunks > 1 else None
+        k_val = reg("k_val", "u64") if chunks > 1 else None
+        in_chunk = reg("in_chunk", "pred") if chunks > 1 else None
         col_loop, row_loop, next_col, finish = (
-            fn.label("COLUMNS"),
-            fn.label("ROWS"),
-            fn.label("NEXT"),
-            fn.label("DONE"),
-        )
+            fn.label("COLUMNS"), fn.label("ROWS"), fn.label("NEXT"), fn.label("DONE")
+        )  # fmt: skip
 
-        fn.banner("column tiles (ctaid.y, grid-stride)")
+        fn.banner("column tiles (ctaid.y, grid-stride): each slot's addresses in its first row tile")
         fn.place(col_loop)
         fn.inst("setp.ge.u32", done, col0, n_vec)
-        fn.inst("bra", finish, guard=done)
+        fn.inst("bra.uni", finish, guard=done, comment="uniform: the same for the whole CTA")
         for u in range(unroll):
             if slot_row[u]:
                 fn.inst("add.u32", r_u[u], t_row, slot_row[u], comment=f"slot {u}: its row in the tile ...")
             else:
                 fn.inst("mov.u32", r_u[u], t_row, comment=f"slot {u}: its row in the tile ...")
-            fn.inst("add.u32", tmp32, t_col, col0, comment="... and its column in the row")
+            fn.inst("add.u32", col, t_col, col0, comment="... and its column in the window")
             if slot_col[u]:
-                fn.inst("add.u32", tmp32, tmp32, slot_col[u])
-            fn.inst("setp.lt.u32", col_live[u], tmp32, n_vec)
-            fn.inst("mul.wide.u32", tmp64, tmp32, w)
+                fn.inst("add.u32", col, col, slot_col[u])
+            fn.inst("setp.lt.u32", col_live[u], col, n_vec)
             fn.inst("cvt.u64.u32", r64, r_u[u])
-            fn.inst("mad.lo.u64", row_off[u], r64, pitch, tmp64, comment="its offset in a row-side tile")
-            fn.inst("mad.lo.u64", chunk_off[u], r64, chunk_pitch, tmp64, comment="... and in a chunk tile")
-        fn.inst("mov.u32", tmp32, SPECIAL_REGS["ctaid.x"])
-        fn.inst("mul.wide.u32", row0, tmp32, tile_rows, comment="this CTA's first row tile")
-        fn.inst("mad.lo.u64", row_tile, row0, pitch, row_base)
-        fn.inst("mad.lo.u64", chunk_tile, row0, chunk_pitch, chunk_base)
+            fn.inst("add.u64", r64, r64, first_row, comment="its row in the window")
+            fn.inst("mul.wide.u32", tmp64, col, w)
+            fn.inst("add.u64", tmp64, tmp64, row_base)
+            fn.inst("mad.lo.u64", row_addr[u], r64, pitch, tmp64, comment="its row-side address")
+            fn.inst("ld.param.u64", c_ptr, Addr(params["chunk0_ptr"]))
+            fn.inst("ld.param.u64", c_pitch, Addr(params["chunk0_pitch"]))
+            if chunks == 1:
+                fn.inst("mov.u32", c_col, col)
+            else:
+                assert k_start is not None and k_val is not None and in_chunk is not None
+                fn.inst("mov.u32", tmp32, 0, comment="which chunk holds this column (starts ascend)")
+                for k in range(1, chunks):
+                    fn.inst("ld.param.u32", k_start, Addr(params[f"chunk{k}_start"]))
+                    fn.inst("setp.ge.u32", in_chunk, col, k_start)
+                    fn.inst("ld.param.u64", k_val, Addr(params[f"chunk{k}_ptr"]))
+                    fn.inst("selp.b64", c_ptr, k_val, c_ptr, in_chunk)
+                    fn.inst("ld.param.u64", k_val, Addr(params[f"chunk{k}_pitch"]))
+                    fn.inst("selp.b64", c_pitch, k_val, c_pitch, in_chunk)
+                    fn.inst("selp.b32", tmp32, k_start, tmp32, in_chunk)
+                fn.inst("sub.u32", c_col, col, tmp32, comment="its column in its chunk")
+            fn.inst("cvta.to.global.u64", c_ptr, c_ptr)
+            fn.inst("mul.wide.u32", tmp64, c_col, w)
+            fn.inst("add.u64", tmp64, tmp64, c_ptr)
+            fn.inst("mad.lo.u64", chunk_addr[u], r64, c_pitch, tmp64, comment="its chunk address")
+            if chunks > 1 or u == 0:
+                fn.inst("mul.lo.u64", chunk_jump[u], row_step, c_pitch, comment="a row step in its chunk")
+        fn.inst("mov.u64", row0, first_row)
 
-        fn.banner(f"row tiles (ctaid.x, grid-stride): {unroll} slots, all loads before the first store")
+        fn.banner(f"row tiles (ctaid.x, grid-stride): {unroll} slot(s), all loads before the first store")
         fn.place(row_loop)
         fn.inst("setp.ge.u64", done, row0, rows)
-        fn.inst("bra", next_col, guard=done)
+        fn.inst("bra.uni", next_col, guard=done, comment="uniform")
         fn.inst("sub.u64", left, rows, row0, comment="rows left from this tile on")
         fn.inst("min.u64", left, left, 0xFFFFFFFF, comment="a tile has fewer: compare in 32 bits")
         fn.inst("cvt.u32.u64", left32, left)
-        live, srcs, dsts, data = [], [], [], []
+        live, data = [], []
         for u in range(unroll):
             ok = reg(f"live_{u}", "pred")
-            a, b = reg(f"row_addr_{u}", "u64"), reg(f"chunk_addr_{u}", "u64")
             fn.inst(
-                "setp.lt.and.u32", ok, r_u[u], left32, col_live[u], comment=f"slot {u}: inside the rectangle"
+                "setp.lt.and.u32", ok, r_u[u], left32, col_live[u], comment=f"slot {u}: inside the window"
             )
-            fn.inst("add.u64", a, row_tile, row_off[u])
-            fn.inst("add.u64", b, chunk_tile, chunk_off[u])
             live.append(ok)
-            srcs.append(a if self.direction == "backward" else b)
-            dsts.append(b if self.direction == "backward" else a)
             data.append(data_regs(fn, f"v{u}", w))
+        srcs, dsts = (row_addr, chunk_addr) if backward else (chunk_addr, row_addr)
         kind = ld_type(w)
         for u in range(unroll):
+            # Plain loads: on H200 the read-only path (.nc) was as fast or slower, and up
+            # to 37% slower at 4 slots of 128 threads (docs/perf/kernels.md).
             fn.inst(
-                f"ld.global.nc.{kind}",
+                f"ld.global.{kind}",
                 data[u],
                 Addr(srcs[u]),
                 guard=live[u],
@@ -314,8 +353,9 @@ class FastcatRect(KernelBase):
         for u in range(unroll):
             fn.inst(f"st.global.{kind}", Addr(dsts[u]), data[u], guard=live[u])
         fn.inst("add.u64", row0, row0, row_step)
-        fn.inst("add.u64", row_tile, row_tile, row_jump)
-        fn.inst("add.u64", chunk_tile, chunk_tile, chunk_jump)
+        for u in range(unroll):
+            fn.inst("add.u64", row_addr[u], row_addr[u], row_jump)
+            fn.inst("add.u64", chunk_addr[u], chunk_addr[u], chunk_jump[u if chunks > 1 else 0])
         fn.inst("bra.uni", row_loop)
         fn.place(next_col)
         fn.inst("add.u32", col0, col0, col_step)

@@ -12,7 +12,6 @@ nor writes a byte outside the ranges :meth:`footprints` gives.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Hashable, Mapping
 from typing import Any
 
@@ -35,6 +34,8 @@ from .fastcat_common import (
     check_hint,
     data_regs,
     ld_type,
+    window_chunk_vectors,
+    window_footprints,
 )
 
 __all__ = ["FastcatFlatCopy", "FastcatVec"]
@@ -321,17 +322,7 @@ class FastcatVec(KernelBase):
         """How many vectors of each row each chunk receives (backward) or gives (forward):
         the window's vectors ``[start_k, start_{k+1})``, the last chunk's up to
         ``window_vectors``. Raises :class:`FootprintError` for starts that do not ascend."""
-        n = scalars["window_vectors"]
-        if self.chunks == 1:
-            return (n,)
-        starts = [0] + [scalars[f"chunk{k}_start"] for k in range(1, self.chunks)]
-        if any(b < a for a, b in itertools.pairwise(starts)):
-            raise FootprintError(
-                f"{self.name}: chunk starts {starts[1:]} (chunk1_start..) must ascend; "
-                "the kernel picks the last chunk whose start a vector has reached"
-            )
-        ends = [*starts[1:], n]
-        return tuple(max(0, min(e, n) - min(s, n)) for s, e in zip(starts, ends))
+        return window_chunk_vectors(self.name, self.chunks, scalars)
 
     def footprints(
         self, grid: tuple[int, int, int], block: tuple[int, int, int], scalars: Mapping[str, int]
@@ -346,35 +337,10 @@ class FastcatVec(KernelBase):
         vector index is 32-bit and carries), a window wider than the row pitch, a chunk's
         vectors wider than its pitch (its rows would overlap), or another block shape."""
         _check_launch_block(self.name, block, self.block)
-        w, rows, n = self.width, scalars["rows"], scalars["window_vectors"]
-        pitches = [scalars["row_pitch"]] + [scalars[f"chunk{k}_pitch"] for k in range(self.chunks)]
-        bad = [p for p in pitches if p % w]
-        if bad:
-            raise FootprintError(f"{self.name}: pitch {bad[0]} is not a multiple of the access width {w}")
-        if rows > 0 and not 1 <= n <= 1 << 31:
-            raise FootprintError(
-                f"{self.name}: window_vectors = {n} is not accepted; accepted: 1..2**31 when rows > 0"
-            )
-        if rows > 1 and n * w > pitches[0]:
-            raise FootprintError(
-                f"{self.name}: the window ({n} vectors of {w} bytes) is wider than row_pitch {pitches[0]}"
-            )
-        counts = self.chunk_vectors(scalars)
-        for k, (c, p) in enumerate(zip(counts, pitches[1:])):
-            if rows > 1 and c * w > p:
-                raise FootprintError(
-                    f"{self.name}: chunk {k} gets {c} vectors of {w} bytes a row, wider than its pitch {p}"
-                )
-        live = rows > 0 and all(g > 0 for g in grid)
-        backward = self.direction == "backward"
-
-        def extent(pitch: int, vectors: int) -> int:
-            return (rows - 1) * pitch + vectors * w if live and vectors else 0
-
-        out = [Footprint("row_base", extent(pitches[0], n), 1, w, writes=not backward)]
-        for k, c in enumerate(counts):
-            out.append(Footprint(f"chunk{k}_ptr", extent(pitches[k + 1], c), 1, w, writes=backward))
-        return tuple(out)
+        live = all(g > 0 for g in grid)
+        return window_footprints(
+            self.name, self.width, self.chunks, scalars, live, self.direction == "backward"
+        )
 
     # --- emission ------------------------------------------------------------------------
 

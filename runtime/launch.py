@@ -817,25 +817,24 @@ class Launcher:
         """Per pointer parameter, bytes a launch touches and the alignment mask its address
         must clear, for the geometry of ``cache`` and the scalars ``key`` (one int for a
         kernel with one scalar, else a tuple); raises (naming the scalars) for a launch
-        the kernel cannot make safely. The answer becomes ``cache.last``."""
+        the kernel cannot make safely. Called by the generated launch code when ``cache``
+        has no answer for ``key`` (it looked); the answer becomes ``cache.last``."""
         assert self._footprints is not None
         values = key if key.__class__ is tuple else (key,)
-        result = cache.get(key)
-        if result is None:
-            names = [p.name for p in self.params if isinstance(p, ScalarParam)]
-            grid, block = cache.geometry[:3], cache.geometry[3:]
-            try:
-                declared = {f.arg: f for f in self._footprints(grid, block, dict(zip(names, values)))}
-            except FootprintError as err:
-                raise ValueError(f"{self.name}: {err}; nothing was launched") from None
-            need: list[int] = []
-            for p in self.params:
-                if isinstance(p, PointerParam):
-                    f = declared.get(p.name)
-                    need += [f.nbytes, f.align - 1] if f is not None and f.nbytes else [0, 0]
-            result = tuple(need)
-            if len(cache) >= self._SCALARS:
-                cache.clear()
+        names = [p.name for p in self.params if isinstance(p, ScalarParam)]
+        grid, block = cache.geometry[:3], cache.geometry[3:]
+        try:
+            declared = {f.arg: f for f in self._footprints(grid, block, dict(zip(names, values)))}
+        except FootprintError as err:
+            raise ValueError(f"{self.name}: {err}; nothing was launched") from None
+        need: list[int] = []
+        for p in self.params:
+            if isinstance(p, PointerParam):
+                f = declared.get(p.name)
+                need += [f.nbytes, f.align - 1] if f is not None and f.nbytes else [0, 0]
+        result = tuple(need)
+        if len(cache) >= self._SCALARS:
+            cache.clear()
         cache.last = (*values, *result)  # first: a cache that holds a key has its ``last`` set
         cache[key] = result
         return result

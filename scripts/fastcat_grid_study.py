@@ -9,7 +9,8 @@ the ``rect`` family and one-tile-per-CTA grids, docs/perf/kernels.md).
 2. Gathers, scatters, splits and concats (at least 256 MiB each, fresh random bytes,
    outputs poisoned and every byte and canary checked afterwards): the planner's launch
    (``choose``) against ``rect`` at other unrolls and blocks, the ``vec`` kernel on one
-   wave (the rule before), and tiles at other unrolls or on one wave.
+   wave (the rule before), tiles at other unrolls or on one wave, and for short rows
+   ``rowpack`` direct and staged through shared memory, and tiles.
 
 CUDA events, median of --reps after warm-up, GPU held by a spin while the host queues;
 per-case ceiling: ``cuMemcpyDtoDAsync`` of half the op's honest traffic. Writes
@@ -73,6 +74,15 @@ CASES = [
     ("concat", 2048, (3, 5, 24), 8, None, 0, None),
     ("split", 1000003, (17, 200, 39), 1, None, 3, (1, 5, 7)),
     ("concat", 2000001, (33, 47), 2, None, 2, (6, 10)),
+    # short rows: rowpack (direct and staged through shared memory) against tiles
+    ("split", 4194304, (1, 3), 1, None, 0, None),
+    ("concat", 4194304, (1, 3), 1, None, 0, None),
+    ("split", 4194304, (1, 3), 4, None, 0, None),
+    ("concat", 4194304, (1, 3), 4, None, 0, None),
+    ("split", 4194304, (3, 5), 1, None, 0, None),
+    ("concat", 4194304, (1, 1, 2), 2, None, 0, None),
+    ("split", 4194304, (1, 3), 2, None, 0, None),
+    ("concat", 4194304, (1, 3), 2, None, 0, None),
 ]
 
 
@@ -187,6 +197,7 @@ def variants(op, rows, sizes, esize, chunk, rule, widths, direction, sm):
             out.append(("tile (rule before)", [fc.Launch("tile", spec, ids, tiles, "")]))
     elif first.family == "tile":
         pitch = sum(widths)
+        out += _rowpacks(rule, widths, direction, rows)
         for unroll in (2, 8):
             launches = []
             for t in rule:
@@ -217,15 +228,47 @@ def variants(op, rows, sizes, esize, chunk, rule, widths, direction, sm):
                 [fc.Launch(t.family, t.spec, t.chunk_ids, sm * 8, "") for t in rule],
             )
         )
+        out += [(label, launches) for label, launches in _rowpacks(rule, widths, direction, rows)]
+        pitch = sum(widths)
+        g = min(widths[k] & -widths[k] for k in rule[0].chunk_ids)  # the granule the bytes allow
+        loader = "cp.async" if direction == "forward" else "regs"
+        spec = (
+            ("direction", direction), ("chunks", len(widths)), ("granule", min(g, 16)), ("whole_rows", True),
+            ("unroll", 4), ("block", 256), ("loader", loader),
+        )  # fmt: skip
+        tiles = -(-(rows * pitch + 15) // (16 * 4 * 256))
+        out.append(("tile u4", [fc.Launch("tile", spec, rule[0].chunk_ids, tiles, "")]))
+    return [(label, launches) for label, launches in out if label == "rule" or launches != rule]
+
+
+def _rowpacks(rule, widths, direction, rows) -> list[tuple[str, list]]:
+    """rowpack, direct and staged, where the rows are short enough for it."""
+    from ptxgen.kernels.fastcat_rowpack import rowpack_rows
+
+    ids = tuple(k for k in range(len(widths)) if widths[k])
+    narrow = tuple(widths[k] for k in ids)
+    n = rowpack_rows(narrow)
+    if len(rule) != 1 or len(ids) != len(widths) or len(ids) > 8 or n * sum(narrow) > 128:
+        return []
+    out = []
+    for staged in (False, True):
+        spec = (("direction", direction), ("widths", narrow), ("block", 256), ("staged", staged))
+        threads = -(-rows // n)  # a thread moves n rows
+        launch = fc.Launch("rowpack", spec, ids, -(-threads // 256), "")
+        out.append((f"rowpack {'staged' if staged else 'direct'}", [launch]))
     return out
 
 
-def ops(gpu, median) -> list[dict]:
+def ops(gpu, median, only: list[str]) -> list[dict]:
     import numpy as np
 
     torch, drv = gpu.torch, driver()
     records = []
     for op, rows0, sizes, esize, chunk, rmod, cmods in CASES:
+        if only and not any(
+            f"{op} {rows0}x({'+'.join(map(str, sizes))}) e{esize}".startswith(o) for o in only
+        ):
+            continue
         cmods = cmods or (0,) * len(sizes)
         widths = [s * esize for s in sizes]
         pitch = sum(widths)
@@ -286,6 +329,11 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=15)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--json", type=Path, default=Path(os.environ.get("OUT", ".")) / "grid_study.json")
+    p.add_argument("--skip-flat", action="store_true", help="skip part 1 (the flat copies)")
+    p.add_argument(
+        "--only", action="append", default=[], metavar="CASE",
+        help="run only the ops whose case starts with this ('split 4194304x(1+3)'); repeatable",
+    )  # fmt: skip
     args = p.parse_args(argv)
     import runtime
 
@@ -300,10 +348,12 @@ def main(argv=None) -> int:
     def median(fn) -> float:
         return statistics.median(gpu.elapsed_ms(fn, args.reps, args.warmup))
 
-    fe.log("flat copies, 1 GiB (GB/s read + written):")
-    doc = {"gpu": torch.cuda.get_device_name(), "flat_copies": flat_copies(gpu, median)}
+    doc: dict = {"gpu": torch.cuda.get_device_name(), "flat_copies": []}
+    if not args.skip_flat:
+        fe.log("flat copies, 1 GiB (GB/s read + written):")
+        doc["flat_copies"] = flat_copies(gpu, median)
     fe.log("ops (% of the copy ceiling; honest traffic):")
-    doc["ops"] = ops(gpu, median)
+    doc["ops"] = ops(gpu, median, args.only)
     args.json.write_text(json.dumps(doc, indent=1) + "\n")
     wrong = [r for r in doc["flat_copies"] if not r["correct"]]
     wrong += [r for r in doc["ops"] if any(isinstance(v, str) for v in r["pct"].values())]

@@ -9,7 +9,8 @@ hours: the copies past 2^31 elements and the huge row counts, the million launch
 the leak test, the deliberate kernel fault and the forked child; the property test
 draws 400 random cases instead of 2,000. racecheck and
 synccheck look at shared memory and barriers, so they run the kernels that use them:
-every tile kernel in every loader (tests/test_gpu_tile_kernels.py), the ops on the
+every tile kernel in every loader and the rowpack kernels, direct and staged through
+shared memory (tests/test_gpu_tile_kernels.py), the ops on the
 benchmark's layouts scaled down (tests/test_gpu_bench_shapes.py, where the planner picks
 tile kernels) and the example.
 The record keeps, per tool, the command, the error count from the sanitizer's summary
@@ -43,8 +44,8 @@ SELECTIONS = {
     # The 2 x 401,408-channel layouts are left out: 32 MB per op through shared memory is
     # minutes under the checkers, and their kernels (16-byte granules, two chunks) run in
     # the other layouts too.
-    "racecheck": "tile_kernel or example or (bench_shapes and not 401408)",
-    "synccheck": "tile_kernel or example or (bench_shapes and not 401408)",
+    "racecheck": "tile_kernel or rowpack_kernel or example or (bench_shapes and not 401408)",
+    "synccheck": "tile_kernel or rowpack_kernel or example or (bench_shapes and not 401408)",
 }
 # Environment per tool: fewer random cases under memcheck, which slows every launch.
 ENVIRONMENT = {"memcheck": {"PTXGEN_PROPERTY_CASES": "400"}}

@@ -17,7 +17,7 @@ import re
 import struct
 from dataclasses import dataclass, field
 
-__all__ = ["Memory", "OutOfBounds", "run_kernel"]
+__all__ = ["Memory", "OutOfBounds", "RecordingMemory", "check_footprints", "run_kernel"]
 
 
 class OutOfBounds(RuntimeError):
@@ -62,6 +62,46 @@ class Memory:
             if a.base == addr:
                 return a.data
         raise KeyError(addr)
+
+
+class RecordingMemory(Memory):
+    """Global memory that remembers every access: ``touched``, each byte address read or
+    written; ``accesses``, each access as ``(address, bytes, writes)`` in program order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.touched: set[int] = set()
+        self.accesses: list[tuple[int, int, bool]] = []
+
+    def clear(self) -> None:
+        """Forget what was touched so far (the setup's writes)."""
+        self.touched.clear()
+        self.accesses.clear()
+
+    def read(self, addr: int, n: int) -> bytes:
+        self.touched.update(range(addr, addr + n))
+        self.accesses.append((addr, n, False))
+        return super().read(addr, n)
+
+    def write(self, addr: int, raw: bytes) -> None:
+        self.touched.update(range(addr, addr + len(raw)))
+        self.accesses.append((addr, len(raw), True))
+        super().write(addr, raw)
+
+
+def check_footprints(mem: RecordingMemory, footprints, pointers: dict[str, int]) -> None:
+    """Every byte ``mem`` saw touched lies in some argument's ``[ptr, ptr + nbytes)``; each
+    non-empty range has its first and last byte touched (the footprint is tight); every
+    pointer meets its footprint's alignment. ``pointers``: argument name -> address."""
+    ranges = []
+    for fp in footprints:
+        ptr = pointers[fp.arg]
+        if fp.nbytes:
+            assert ptr % fp.align == 0, (fp, ptr)
+            assert ptr in mem.touched and ptr + fp.nbytes - 1 in mem.touched, f"{fp} is not tight"
+            ranges.append((ptr, ptr + fp.nbytes))
+    outside = [a for a in mem.touched if not any(lo <= a < hi for lo, hi in ranges)]
+    assert not outside, f"{len(outside)} bytes touched outside the footprints, first {min(outside):#x}"
 
 
 _TYPE = re.compile(r"^[usbf](8|16|32|64)$")
@@ -303,10 +343,18 @@ class _Thread:
             "shl",
             "shr",
             "neg",
+            "not",
         ):
             if t == "pred":
-                x, y = self.val(a[1], "pred"), self.val(a[2], "pred")
-                self.set(a[0], (x and y) if head == "and" else (x or y), "pred")
+                x = bool(self.val(a[1], "pred"))
+                if head == "not":
+                    self.set(a[0], not x, "pred")
+                    return
+                y = bool(self.val(a[2], "pred"))
+                self.set(a[0], {"and": x and y, "or": x or y, "xor": x != y}[head], "pred")
+                return
+            if head == "not":
+                self.set(a[0], ~self.val(a[1], t) & ((1 << _bits(t)) - 1), t)
                 return
             if t[0] == "f":
                 x, y = self.val(a[1], t), self.val(a[2], t)

@@ -18,15 +18,27 @@ CASES = [
     ("backward", "f32", 3, (4, 8), 0, (0, 0)),  # aligned: 16-byte paths
     ("forward", "u8", 6, (1, 3), 0, (0, 0)),  # short rows
     ("forward", "f64", 5, (2, 3, 1), 8, (8, 0, 8)),  # 8-byte accesses: rect over three chunks
+    ("backward", "f64", 3, (300, 213), 0, (0, 0)),  # rect, two column tiles (grid y = 2)
+    ("forward", "u8", 40, (1, 3), 0, (0, 0)),  # rowpack, staged: 2 groups of 16 rows and 8 more
+    ("backward", "f32", 33, (1, 3), 0, (0, 0)),  # rowpack at a 4-byte granule
 ]
+# The kernels the plans above must use (checked, so the cases keep covering what they say).
+FAMILIES = {
+    ("forward", "f64", 5, (2, 3, 1)): ["fastcat_rect_forward"],
+    ("backward", "f64", 3, (300, 213)): ["fastcat_rect_backward"],
+    ("forward", "u8", 40, (1, 3)): ["fastcat_rowpack_forward"],
+    ("backward", "f32", 33, (1, 3)): ["fastcat_rowpack_backward"],
+}
 
 
 def _run(problem: Problem, steps, arrays: dict[int, int], mem: Memory) -> list[str]:
     used = []
     for step in steps:
         values = [arrays[a.array] + a.byte_offset if isinstance(a, Ptr) else a for a in step.args]
-        # grid-stride kernels do the same work on any grid: two blocks exercise the striding
-        run_kernel(step.kernel, min(step.grid[0], 2), dict(zip(step.kernel.arg_names, values)), mem)
+        # grid-stride kernels do the same work on any grid: at most two CTAs in x and in y
+        # exercise the striding in both
+        grid = tuple(min(g, 2) for g in step.grid[:2])
+        run_kernel(step.kernel, grid, dict(zip(step.kernel.arg_names, values)), mem)
         used.append(step.kernel.name)
     return used
 
@@ -52,6 +64,11 @@ def test_fast_plans_move_every_byte_and_nothing_else(case):
             mem.write(ptr, data.tobytes())
     used = _run(problem, p.steps, {WIDE: wide, **dict(enumerate(pieces))}, mem)
     assert used and all(name.startswith("fastcat_") for name in used)
+    assert FAMILIES.get(case[:4], used) == used
+    if case[:4] == ("backward", "f64", 3, (300, 213)):
+        assert p.steps[0].grid[:2] == (3, 2)
+    if used[0].startswith("fastcat_rowpack"):
+        assert all(step.kernel.staged for step in p.steps)
     offsets = np.cumsum((0, *extents)) * d.itemsize
     if op == "backward":
         as_rows = wide_bytes.reshape(rows, pitch)

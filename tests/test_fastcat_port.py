@@ -2,7 +2,8 @@
 FastcatRowpack) against the prototype (tests/reference/fastcat_proto.py, a frozen copy):
 
 * for every code path (width, chunk count, direction, layout, load hint, streaming stores,
-  unroll, row layouts) on sm_75, sm_80 and sm_90, ptxas makes the same SASS from both;
+  unroll) on sm_75, sm_80 and sm_90, ptxas makes the same SASS from both (rowpack, which
+  left the prototype on purpose, is checked on its own);
 * no spills or stack, and the loads and stores are as wide as intended;
 * in the PTX interpreter (tests/ptxsim.py), on odd shapes, the right bytes move, and every
   byte touched lies in [pointer, pointer + footprint) with both ends touched (tight);
@@ -16,7 +17,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from ptxsim import Memory, run_kernel
+from ptxsim import RecordingMemory, check_footprints, run_kernel
 from reference import fastcat_proto as proto
 
 from ptxgen import toolchain
@@ -57,15 +58,32 @@ def _variants() -> list[tuple[str, str, dict, dict[str, set[int]]]]:
             out.append((f"vec/forward/w{w}/{tag}/{t}", "vec", kw, {"LDG": {w}, "STG": {w}}))
         for widths in ((1, 3), (3, 5), (1, 1, 2)):
             for d in ("backward", "forward"):
-                kw = {"direction": d, "widths": widths, "target": t}
-                # 16-byte vectors; single bytes only for the last rows % n rows
-                out.append((f"rowpack/{d}/{widths}/{t}", "rowpack", kw, {"LDG": {16, 1}, "STG": {16, 1}}))
+                for staged in (False, True):
+                    kw = {"direction": d, "widths": widths, "staged": staged, "target": t}
+                    # 16-byte vectors; single bytes only for the last rows % n rows
+                    tag = "staged" if staged else "direct"
+                    out.append(
+                        (f"rowpack/{d}/{widths}/{tag}/{t}", "rowpack", kw, {"LDG": {16, 1}, "STG": {16, 1}})
+                    )
     return out
 
 
 VARIANTS = _variants()
 _PORT = {"flat": FastcatFlatCopy, "vec": FastcatVec, "rowpack": FastcatRowpack}
 _PROTO = {"flat": proto.flat_copy_kernel, "vec": proto.vec_kernel, "rowpack": proto.rowpack_kernel}
+
+
+# rowpack left the prototype on purpose: branches whose guard may differ between the
+# threads of a warp are plain ``bra`` (the prototype's ``bra.uni`` promised the compiler
+# a convergence it did not have), and the staged layout is new. Its SASS is checked on
+# its own (no spills, the intended access widths); the interpreter checks its bytes.
+_DIVERGED = {"rowpack"}
+
+
+def _prototype(family: str, kwargs: dict):
+    if family in _DIVERGED:
+        return None
+    return _PROTO[family](**kwargs)
 
 
 def _normalised(sass: str) -> list[str]:
@@ -85,16 +103,16 @@ def built():
         toolchain.find_tool("nvdisasm")
     except toolchain.ToolNotFound as err:
         pytest.fail(f"{err} (it is part of the test extra: pip install -e '.[test]')")
-    kernels = [(_PROTO[fam](**kw), _PORT[fam](**kw)) for _, fam, kw, _ in VARIANTS]
-    jobs = [(k.source, k.target) for pair in kernels for k in pair]
-    results = toolchain.assemble_many(jobs)
+    kernels = [(_prototype(fam, kw), _PORT[fam](**kw)) for _, fam, kw, _ in VARIANTS]
+    jobs = [(k.source, k.target) for pair in kernels for k in pair if k is not None]
 
     def sass(r):
         return r if isinstance(r, Exception) else (r, toolchain.disassemble(r.cubin))
 
     with ThreadPoolExecutor() as pool:
-        done = list(pool.map(sass, results))
-    return {label: (kernels[i], done[2 * i], done[2 * i + 1]) for i, (label, *_) in enumerate(VARIANTS)}
+        results = iter(pool.map(sass, toolchain.assemble_many(jobs)))
+    done = [[None if k is None else next(results) for k in pair] for pair in kernels]
+    return {label: (kernels[i], *done[i]) for i, (label, *_) in enumerate(VARIANTS)}
 
 
 def _access_sizes(code: str, op: str) -> set[int]:
@@ -112,15 +130,24 @@ def test_same_sass_as_the_prototype_no_spills_intended_widths(built, label, fami
     for got in (old_built, new_built):
         if isinstance(got, Exception):
             pytest.fail(str(got))
-    assert (new.name, new.id, new.target, new.ptx_version) == (old.name, old.id, old.target, old.ptx_version)
-    assert (new.arg_names, new.arg_types, new.block) == (old.arg_names, old.arg_types, old.block)
-    assert (new.block_size, new.shared_bytes, new.info) == (old.block_size, old.shared_bytes, old.info)
-    (old_res, old_sass), (new_res, new_sass) = old_built, new_built
-    assert _normalised(new_sass) == _normalised(old_sass)
+    new_res, new_sass = new_built
+    if old is not None:
+        assert (new.name, new.id, new.target, new.ptx_version) == (
+            old.name,
+            old.id,
+            old.target,
+            old.ptx_version,
+        )
+        assert (new.arg_names, new.arg_types, new.block) == (old.arg_names, old.arg_types, old.block)
+        assert (new.block_size, new.shared_bytes, new.info) == (old.block_size, old.shared_bytes, old.info)
+        old_res, old_sass = old_built
+        assert _normalised(new_sass) == _normalised(old_sass)
+        assert new_res.functions[new.entry_point_name] == old_res.functions[old.entry_point_name]
     assert len(_normalised(new_sass)) > 20
     res = new_res.functions[new.entry_point_name]
     assert res.stack_bytes == 0 and res.spill_store_bytes == 0 and res.spill_load_bytes == 0, res
-    assert res == old_res.functions[old.entry_point_name]
+    if family == "rowpack" and kwargs["staged"]:
+        assert _access_sizes(new_sass, "LDS") == {16} and _access_sizes(new_sass, "STS") == {16}
     for op, sizes in expect.items():
         assert _access_sizes(new_sass, op) == sizes, (op, sorted(_access_sizes(new_sass, op)))
 
@@ -193,36 +220,6 @@ def test_refuses_what_it_cannot_build(make, message):
 # --------------------------------------------------------------------------- footprints, in the interpreter
 
 
-class _Recording(Memory):
-    """Global memory that remembers every byte address read or written."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.touched: set[int] = set()
-
-    def read(self, addr: int, n: int) -> bytes:
-        self.touched.update(range(addr, addr + n))
-        return super().read(addr, n)
-
-    def write(self, addr: int, raw: bytes) -> None:
-        self.touched.update(range(addr, addr + len(raw)))
-        super().write(addr, raw)
-
-
-def _check_footprints(mem: _Recording, footprints, pointers: dict[str, int]) -> None:
-    """Every touched byte lies in some argument's [ptr, ptr + nbytes); each non-empty range has
-    both ends touched; every pointer meets its alignment."""
-    ranges = []
-    for fp in footprints:
-        ptr = pointers[fp.arg]
-        if fp.nbytes:
-            assert ptr % fp.align == 0, (fp, ptr)
-            assert ptr in mem.touched and ptr + fp.nbytes - 1 in mem.touched, f"{fp} is not tight"
-            ranges.append((ptr, ptr + fp.nbytes))
-    outside = [a for a in mem.touched if not any(lo <= a < hi for lo, hi in ranges)]
-    assert not outside, f"{len(outside)} bytes touched outside the footprints, first {min(outside):#x}"
-
-
 def _fill(rng: random.Random, n: int) -> bytes:
     return bytes(rng.randrange(256) for _ in range(n))
 
@@ -232,15 +229,15 @@ def _fill(rng: random.Random, n: int) -> bytes:
 def test_flat_copy_moves_every_vector_and_only_those(layout, n_vectors, grid):
     rng = random.Random(n_vectors)
     k = FastcatFlatCopy(unroll=2, block=64, layout=layout)
-    mem = _Recording()
+    mem = RecordingMemory()
     src, dst = mem.alloc(16 * n_vectors), mem.alloc(16 * n_vectors)
     data = _fill(rng, 16 * n_vectors)
     mem.view(src)[:] = data
     mem.view(dst)[:] = b"\xa5" * len(data)
-    mem.touched.clear()
+    mem.clear()
     run_kernel(k, grid, {"src": src, "dst": dst, "n_vectors": n_vectors}, mem)
     assert bytes(mem.view(dst)) == data
-    _check_footprints(
+    check_footprints(
         mem, k.footprints((grid, 1, 1), k.block, {"n_vectors": n_vectors}), {"src": src, "dst": dst}
     )
 
@@ -267,7 +264,7 @@ def test_vec_moves_the_right_bytes_inside_its_footprints(case, layout, direction
     pitch = start + window + 2 * w  # columns before and after the window
     c_pitches = [cw + pad for cw, pad in zip(widths, pads)]
     k = FastcatVec(direction=direction, width=w, chunks=len(widths), unroll=2, block=64, layout=layout)
-    mem = _Recording()
+    mem = RecordingMemory()
     row = mem.alloc(rows * pitch, misalign)
     chunks = [
         mem.alloc((rows - 1) * cp + cw, (3 * w * (i + 1)) % 16)
@@ -288,7 +285,7 @@ def test_vec_moves_the_right_bytes_inside_its_footprints(case, layout, direction
         if len(widths) > 1:
             args[f"chunk{i}_start"] = scalars[f"chunk{i}_start"] = col // w
         col += cw
-    mem.touched.clear()
+    mem.clear()
     run_kernel(k, 3, args, mem)
     r = bytes(mem.view(row))
     col = start
@@ -307,7 +304,7 @@ def test_vec_moves_the_right_bytes_inside_its_footprints(case, layout, direction
                 and r[hi : (i + 1) * pitch] == before[row][hi : (i + 1) * pitch]
             )
     pointers = {"row_base": row + start, **{f"chunk{i}_ptr": c for i, c in enumerate(chunks)}}
-    _check_footprints(mem, k.footprints((3, 1, 1), k.block, scalars), pointers)
+    check_footprints(mem, k.footprints((3, 1, 1), k.block, scalars), pointers)
 
 
 def test_vec_footprints_refuse_launches_it_cannot_do():
@@ -353,20 +350,23 @@ def test_vec_footprints_refuse_launches_it_cannot_do():
 
 
 @pytest.mark.parametrize("widths", [(1, 3), (3, 5), (2, 6), (1, 1, 2), (4, 12)])
-@pytest.mark.parametrize("rows", [1, 5, 17, 40])
+# 2,500 rows: more groups than two CTAs of 64 threads hold, so the grid strides and the
+# last CTA's share is partial.
+@pytest.mark.parametrize("rows", [1, 5, 17, 40, 2500])
 @pytest.mark.parametrize("direction", ["backward", "forward"])
-def test_rowpack_moves_the_right_bytes_inside_its_footprints(widths, rows, direction):
+@pytest.mark.parametrize("staged", [False, True], ids=["direct", "staged"])
+def test_rowpack_moves_the_right_bytes_inside_its_footprints(widths, rows, direction, staged):
     rng = random.Random(rows + sum(widths))
-    k = FastcatRowpack(direction=direction, widths=widths, block=64)
+    k = FastcatRowpack(direction=direction, widths=widths, block=64, staged=staged)
     pitch, offs = sum(widths), [sum(widths[:i]) for i in range(len(widths))]
-    mem = _Recording()
+    mem = RecordingMemory()
     row = mem.alloc(rows * pitch)
     chunks = [mem.alloc(rows * w) for w in widths]
     backward = direction == "backward"
     mem.view(row)[:] = _fill(rng, rows * pitch) if backward else b"\xa5" * (rows * pitch)
     for c, w in zip(chunks, widths):
         mem.view(c)[:] = b"\xa5" * (rows * w) if backward else _fill(rng, rows * w)
-    mem.touched.clear()
+    mem.clear()
     grid = 2
     run_kernel(
         k, grid, {"row_ptr": row, "rows": rows, **{f"chunk{i}_ptr": c for i, c in enumerate(chunks)}}, mem
@@ -376,4 +376,4 @@ def test_rowpack_moves_the_right_bytes_inside_its_footprints(widths, rows, direc
         assert bytes(mem.view(c)) == b"".join(r[i * pitch + o : i * pitch + o + w] for i in range(rows))
     fps = k.footprints((grid, 1, 1), k.block, {"rows": rows})
     assert {f.align for f in fps} == {16 if rows >= rowpack_rows(widths) else 1}
-    _check_footprints(mem, fps, {"row_ptr": row, **{f"chunk{i}_ptr": c for i, c in enumerate(chunks)}})
+    check_footprints(mem, fps, {"row_ptr": row, **{f"chunk{i}_ptr": c for i, c in enumerate(chunks)}})

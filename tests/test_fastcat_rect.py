@@ -3,7 +3,8 @@
 * in the PTX interpreter (tests/ptxsim.py), on odd shapes and every width, the right bytes
   move, the columns and rows around the rectangle are left alone, and every byte touched
   lies in [pointer, pointer + footprint) with both ends touched (tight); on the planner's
-  grid and on grids too small in x, y or both (the kernel strides over each);
+  grid and on grids too small in x, y or both (the kernel strides over each); with tiles
+  narrower and wider than the block;
 * ptxas assembles every width and tile shape on sm_75, sm_80 and sm_90 without spills,
   with accesses as wide as intended, and nothing in the SASS divides;
 * bad arguments and launches it cannot do raise, naming the value and what is accepted.
@@ -15,30 +16,13 @@ import random
 import re
 
 import pytest
-from ptxsim import Memory, run_kernel
+from ptxsim import RecordingMemory, check_footprints, run_kernel
 
 from ptxgen import toolchain
 from ptxgen.footprint import FootprintError
 from ptxgen.kernels import FastcatRect
 from ptxgen.kernels.fastcat import RECT_MAX_WINDOW, choose
 from ptxgen.kernels.fastcat_rect import rect_cols
-
-
-class _Recording(Memory):
-    """Global memory that remembers every byte address read or written."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.touched: set[int] = set()
-
-    def read(self, addr: int, n: int) -> bytes:
-        self.touched.update(range(addr, addr + n))
-        return super().read(addr, n)
-
-    def write(self, addr: int, raw: bytes) -> None:
-        self.touched.update(range(addr, addr + len(raw)))
-        super().write(addr, raw)
-
 
 # (width, rows, chunk widths in vectors, columns before the window, extra chunk pitch in
 # vectors, row-side misalignment)
@@ -60,15 +44,37 @@ CASES = [
 @pytest.mark.parametrize("grid_kind", ["planned", "x1", "y1", "1x1"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"w{c[0]}-rows{c[1]}-k{len(c[2])}-n{sum(c[2])}")
 def test_rect_moves_the_right_bytes_inside_its_footprints(case, grid_kind, direction):
+    block, unroll = 64, 2
+    cols = min(rect_cols(sum(case[2]), block, unroll), 8)  # narrow tiles: several row and column tiles
+    _check_rect(case, grid_kind, direction, block, unroll, cols)
+
+
+# Tile rows wider than the block: a thread's slots lie along one row, block apart.
+WIDE_CASES = [
+    (1, 3, (300,), 5, 1, 3),  # two column tiles of 256, the second mostly empty
+    (4, 2, (100, 90), 4, 0, 4),
+    (2, 5, (129,), 2, 3, 2),  # one column past a tile of 128
+]
+
+
+@pytest.mark.parametrize("direction", ["backward", "forward"])
+@pytest.mark.parametrize("grid_kind", ["planned", "1x1"])
+@pytest.mark.parametrize("cols", [128, 256])
+@pytest.mark.parametrize("case", WIDE_CASES, ids=lambda c: f"w{c[0]}-rows{c[1]}-k{len(c[2])}-n{sum(c[2])}")
+def test_rect_tiles_wider_than_the_block(case, cols, grid_kind, direction):
+    _check_rect(case, grid_kind, direction, 64, 4, cols)
+
+
+def _check_rect(case, grid_kind: str, direction: str, block: int, unroll: int, cols: int) -> None:
+    """Run one case in the interpreter: every chunk's bytes right, the bytes around the
+    window and the chunks' padding untouched, the footprints exact."""
     w, rows, counts, start, pad, misalign = case
     rng = random.Random(rows * 131 + sum(counts) * 7 + w)
-    block, unroll = 64, 2
     n = sum(counts)
-    cols = min(rect_cols(n, block, unroll), 8)  # narrow tiles: several row and column tiles
     k = FastcatRect(direction=direction, width=w, cols=cols, chunks=len(counts), unroll=unroll, block=block)
     pitch = start + n * w + 2 * w  # columns before and after the window
     c_pitches = [(c + pad) * w for c in counts]
-    mem = _Recording()
+    mem = RecordingMemory()
     row = mem.alloc(rows * pitch, misalign)
     chunks = [
         mem.alloc((rows - 1) * cp + c * w, (3 * w * (i + 1)) % 16)
@@ -95,7 +101,7 @@ def test_rect_moves_the_right_bytes_inside_its_footprints(case, grid_kind, direc
         if len(counts) > 1:
             args[f"chunk{i}_start"] = scalars[f"chunk{i}_start"] = first
         first += counts[i]
-    mem.touched.clear()
+    mem.clear()
     run_kernel(k, grid, args, mem)
     r = bytes(mem.view(row))
     col = start
@@ -112,14 +118,7 @@ def test_rect_moves_the_right_bytes_inside_its_footprints(case, grid_kind, direc
             assert r[i * pitch : lo] == before[row][i * pitch : lo]
             assert r[hi : (i + 1) * pitch] == before[row][hi : (i + 1) * pitch]
     pointers = {"row_base": row + start, **{f"chunk{i}_ptr": c for i, c in enumerate(chunks)}}
-    ranges = []
-    for fp in k.footprints((*grid, 1), k.block, scalars):
-        ptr = pointers[fp.arg]
-        assert ptr % fp.align == 0, (fp, ptr)
-        assert ptr in mem.touched and ptr + fp.nbytes - 1 in mem.touched, f"{fp} is not tight"
-        ranges.append((ptr, ptr + fp.nbytes))
-    outside = [a for a in mem.touched if not any(lo <= a < hi for lo, hi in ranges)]
-    assert not outside, f"{len(outside)} bytes touched outside the footprints"
+    check_footprints(mem, k.footprints((*grid, 1), k.block, scalars), pointers)
 
 
 def test_rect_tiles_and_grid():
@@ -176,6 +175,11 @@ def test_rect_footprints_refuse_launches_it_cannot_do():
             "window_vectors = 0 is not accepted; accepted: 1..2**31 when rows > 0",
         ),
         (good | {"window_vectors": 2**31 + 1}, "window_vectors = 2147483649 is not accepted"),
+        # No rows touch nothing, but the column loop still runs: past 2**31 it could wrap.
+        (
+            good | {"rows": 0, "window_vectors": 2**32 - 1},
+            "window_vectors = 4294967295 is not accepted; accepted: 1..2**31 when rows > 0 (0..2**31 without)",
+        ),
         (good | {"window_vectors": 5}, "the window (5 vectors of 4 bytes) is wider than row_pitch 16"),
         (good | {"chunk0_pitch": 0}, "chunk 0 gets 1 vectors of 4 bytes a row, wider than its pitch 0"),
         (good | {"chunk1_start": 4}, "chunk 0 gets 3 vectors of 4 bytes a row, wider than its pitch 4"),

@@ -1,8 +1,10 @@
 """FastcatTile: the builder port of the prototype's tile kernel (tests/reference/fastcat_proto.py).
 
-* equivalence: for every direction/granule/whole_rows/loader/target the prototype
-  supports (plus chunk counts, unrolls and blocks), both PTX texts assemble to the same
-  SASS (labels, symbol names and comments dropped); no spills, no stack;
+* SASS: for every direction/granule/whole_rows/loader/target the prototype supports
+  (plus chunk counts, unrolls and blocks), ptxas assembles the kernel with no spills and
+  no stack, and the accesses are the intended ones. (The kernel left the prototype's SASS
+  on purpose: branches whose guard may differ between a warp's threads are plain ``bra``,
+  where the prototype promised ``.uni``, and the edge tiles' byte loops are predicated.)
 * footprints: the CPU interpreter (tests/ptxsim.py) runs the kernel on small odd
   problems with every allocation exactly the footprint's size (any access outside one
   raises), records every global byte touched, and checks the footprint is tight and the
@@ -16,7 +18,7 @@ import random
 import re
 
 import pytest
-from ptxsim import Memory, run_kernel
+from ptxsim import RecordingMemory, run_kernel
 from reference import fastcat_proto as fc
 
 from ptxgen import toolchain
@@ -65,20 +67,16 @@ def _norm(sass: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def assembled():
-    jobs = []
-    for kw in CONFIGS:
-        jobs += [(FastcatTile(**kw).source, kw["target"]), (fc.tile_kernel(**kw).source, kw["target"])]
-    return toolchain.assemble_many(jobs)
+    return toolchain.assemble_many([(FastcatTile(**kw).source, kw["target"]) for kw in CONFIGS])
 
 
 @pytest.mark.parametrize("index", range(len(CONFIGS)), ids=lambda i: fc.tile_kernel(**CONFIGS[i]).id)
-def test_same_sass_as_the_prototype(assembled, index):
+def test_sass_without_spills_and_with_the_intended_accesses(assembled, index):
     kw = CONFIGS[index]
-    mine, proto = assembled[2 * index], assembled[2 * index + 1]
+    mine = assembled[index]
     assert not isinstance(mine, Exception), mine
-    assert not isinstance(proto, Exception), proto
-    a, b = _norm(toolchain.disassemble(mine.cubin)), _norm(toolchain.disassemble(proto.cubin))
-    assert len(a) > 100 and a == b
+    a = _norm(toolchain.disassemble(mine.cubin))
+    assert len(a) > 100
     (res,) = mine.functions.values()
     assert res.stack_bytes == res.spill_store_bytes == res.spill_load_bytes == 0, res
     sass = "\n".join(a)
@@ -132,20 +130,6 @@ def test_refuses_what_the_prototype_refuses(kw):
 # --------------------------------------------------------------------------- footprints on the interpreter
 
 
-class _Recording(Memory):
-    def __init__(self) -> None:
-        super().__init__()
-        self.touched: list[tuple[int, int, bool]] = []
-
-    def read(self, addr: int, n: int) -> bytes:
-        self.touched.append((addr, n, False))
-        return super().read(addr, n)
-
-    def write(self, addr: int, raw: bytes) -> None:
-        self.touched.append((addr, len(raw), True))
-        super().write(addr, raw)
-
-
 def _granule(row_mod: int, pitch: int, offs, widths, mods) -> int:
     return min(fc.access_width(row_mod, pitch, o, w, m) for o, w, m in zip(offs, widths, mods))
 
@@ -191,7 +175,7 @@ def test_footprint_is_exact_and_nothing_outside_is_touched(case, direction, load
     grid = 3
     fps = {f.arg: f for f in kernel.footprints((grid, 1, 1), kernel.block, scalars)}
     rng = random.Random(f"{case}{direction}{loader}")
-    mem = _Recording()
+    mem = RecordingMemory()
     # Every allocation is exactly the footprint: the interpreter raises on any byte outside.
     row = mem.alloc(fps["row_ptr"].nbytes, row_mod)
     chunk_ptrs = [mem.alloc(fps[f"chunk{n}_ptr"].nbytes, mods[k]) for n, k in enumerate(ids)]
@@ -223,7 +207,7 @@ def test_footprint_is_exact_and_nothing_outside_is_touched(case, direction, load
     # direction the footprint says.
     for arg, base in [("row_ptr", row)] + [(f"chunk{n}_ptr", p) for n, p in enumerate(chunk_ptrs)]:
         fp = fps[arg]
-        hits = [(a - base, n, w) for a, n, w in mem.touched if base <= a < base + fp.nbytes]
+        hits = [(a - base, n, w) for a, n, w in mem.accesses if base <= a < base + fp.nbytes]
         assert all(a >= 0 and a + n <= fp.nbytes for a, n, _ in hits)
         if fp.nbytes:
             # Forward writes of a group start at its first column (row 0); all else at byte 0.

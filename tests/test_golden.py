@@ -64,6 +64,10 @@ FASTCAT_CASES = [
     (ptxgen.kernels.FastcatRowpack, {"direction": "backward", "widths": (1, 3), "target": "sm_90"}),
     (ptxgen.kernels.FastcatRowpack, {"direction": "forward", "widths": (3, 5), "target": "sm_75"}),
     (
+        ptxgen.kernels.FastcatRowpack,
+        {"direction": "forward", "widths": (1, 3), "staged": True, "target": "sm_90"},
+    ),
+    (
         ptxgen.kernels.FastcatTile,
         dict(direction="backward", chunks=2, granule=16, loader="regs", target="sm_90"),
     ),

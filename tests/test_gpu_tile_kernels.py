@@ -5,8 +5,9 @@ groups, granules of 1 to 16 bytes, row pointers on and off a 16-byte boundary.
 Shapes are small (three to five tiles on two CTAs, so each CTA goes round its
 grid-stride loop and reuses its shared-memory stages) but every byte is checked,
 outputs are poisoned and fenced by guard bytes, and a column-group forward must leave
-the columns it does not own untouched. Small enough for racecheck and synccheck
-(scripts/sanitize.py runs this file under both)."""
+the columns it does not own untouched. And the rowpack kernels of short rows, direct
+and staged through shared memory, on several CTAs' worth of rows and a byte-wise tail.
+Small enough for racecheck and synccheck (scripts/sanitize.py runs this file under both)."""
 
 from __future__ import annotations
 
@@ -62,14 +63,18 @@ def _payload(array, nbytes: int, shift: int) -> np.ndarray:
     return got[GUARD + shift : GUARD + shift + nbytes]
 
 
+# 16 KB tiles (unroll 4) are what the planner launches; 32 KB ones fit static shared
+# memory only without staging (regs).
+SHAPES = [(*mode, unroll) for mode in MODES for unroll in ((4, 8) if mode[1] == "regs" else (4,))]
+
+
 @pytest.mark.parametrize("granule", GRANULES)
-@pytest.mark.parametrize("direction, loader, whole", MODES, ids=lambda v: str(v))
-def test_tile_kernel(dev, direction, loader, whole, granule):
+@pytest.mark.parametrize("direction, loader, whole, unroll", SHAPES, ids=lambda v: str(v))
+def test_tile_kernel(dev, direction, loader, whole, unroll, granule):
     rng = np.random.default_rng()
     widths, ids = _layout(granule, whole)
     pitch = sum(widths)
     offs = [sum(widths[:k]) for k in range(len(widths))]
-    unroll = 8 if loader == "regs" and direction == "backward" and granule >= 8 and whole else 4
     tile = 16 * unroll * 256
     rows = -(-4 * tile // pitch)  # four tiles and a bit: two CTAs go round twice
     spec = (
@@ -104,4 +109,39 @@ def test_tile_kernel(dev, direction, loader, whole, granule):
         for k in ids:
             want[:, offs[k] : offs[k] + widths[k]] = chunk_hosts[k]
         bad = np.argwhere(got != want)
+        assert not len(bad), f"y: {len(bad)} wrong bytes, first at {tuple(bad[0])}"
+
+
+# rowpack: short rows through registers (direct) or through shared memory (staged).
+ROWPACK_WIDTHS = [(1, 3), (3, 5), (2, 6), (1, 1, 2), (4, 12), (2, 2, 4), (8, 8)]
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["direct", "staged"])
+@pytest.mark.parametrize("direction", ["backward", "forward"])
+@pytest.mark.parametrize("widths", ROWPACK_WIDTHS, ids=lambda w: "+".join(map(str, w)))
+def test_rowpack_kernel(dev, widths, direction, staged):
+    from ptxgen.kernels import FastcatRowpack, rowpack_rows
+
+    rng = np.random.default_rng()
+    kernel = FastcatRowpack(direction=direction, widths=widths, staged=staged, target=TARGET)
+    fn = dev.load(kernel).function
+    pitch, n = sum(widths), rowpack_rows(widths)
+    offs = [sum(widths[:k]) for k in range(len(widths))]
+    # Five CTAs' worth of groups and a bit, and 7 rows past the last whole group: two
+    # CTAs stride over the rest, the last share is partial, and the tail goes byte by byte.
+    rows = 5 * 256 * n + 3 * n + 7
+    row_host = rng.integers(0, 256, (rows, pitch), dtype=np.uint8)
+    chunk_hosts = [rng.integers(0, 256, (rows, w), dtype=np.uint8) for w in widths]
+    backward = direction == "backward"
+    row, row_ptr = _guarded(dev, rows * pitch, row_host if backward else None, 0)
+    chunks = [_guarded(dev, rows * w, None if backward else h, 0) for w, h in zip(widths, chunk_hosts)]
+    fn.launch((2, 1, 1), kernel.block, (row_ptr, rows, *(p for _, p in chunks)))
+    if backward:
+        for k, (array, _) in enumerate(chunks):
+            got = _payload(array, rows * widths[k], 0).reshape(rows, widths[k])
+            bad = np.argwhere(got != row_host[:, offs[k] : offs[k] + widths[k]])
+            assert not len(bad), f"chunk {k}: {len(bad)} wrong bytes, first at {tuple(bad[0])}"
+    else:
+        got = _payload(row, rows * pitch, 0).reshape(rows, pitch)
+        bad = np.argwhere(got != np.concatenate(chunk_hosts, axis=1))
         assert not len(bad), f"y: {len(bad)} wrong bytes, first at {tuple(bad[0])}"

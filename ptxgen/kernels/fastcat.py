@@ -36,8 +36,8 @@ OPS = ("gather", "scatter", "split", "concat")
 # (rect) instead of through shared-memory tiles.
 RECT_GRANULE = 8
 # ... and whose rows (of the group's window) are narrower than this many bytes. Wider
-# rows ran faster as flat tiles (H200: 97-99% of the copy ceiling against 90-95% for
-# rect on 16,384 x (8,192+16,384) and 128 x (401,408+401,408) in 2- to 8-byte types).
+# rows ran faster as flat tiles (H200, docs/perf/kernels.md: tiles at 96-99% of the copy
+# ceiling, rect at 87-96%, on 16,384 x (8,192+16,384) and 128 x (401,408+401,408)).
 RECT_MAX_WINDOW = 8192
 DIRECTION = {"gather": "backward", "split": "backward", "scatter": "forward", "concat": "forward"}
 
@@ -55,7 +55,7 @@ def access_width(row_mod16: int, pitch: int, off: int, width: int, chunk_mod16: 
 @dataclass(frozen=True)
 class Launch:
     """One launch of a plan: the kernel family and its constructor arguments, the chunks
-    of the op it moves, its grid (x) and why it was chosen."""
+    of the op it moves, its grid (x, and y for rect) and why it was chosen."""
 
     family: str  # "rect", "vec", "tile" or "rowpack"
     spec: tuple[tuple[str, object], ...]  # the kernel class's keyword arguments
@@ -84,7 +84,7 @@ class Launch:
         ids = self.chunk_ids
         if self.family == "rowpack":
             return (row_ptr, rows, *(chunk_ptrs[k] for k in ids))
-        if self.family in ("vec", "rect"):  # a rect launch is a vec launch of one chunk
+        if self.family in ("vec", "rect"):  # the same window arguments (window_args)
             w = dict(self.spec)["width"]
             first = offs[ids[0]]
             window = offs[ids[-1]] + widths[ids[-1]] - first
@@ -133,8 +133,9 @@ def choose(
     * gather with 8- or 16-byte accesses, or a chunk narrower than a third of the row,
       and every scatter -> ``rect``: 2-D tiles at the widest access the alignments allow;
       else (a wide chunk at a 1-, 2- or 4-byte granule) ``tile`` over its columns.
-    * split/concat with a granule of 1 or 2 bytes, every pointer 16-byte aligned and a few
-      rows of both sides within 128 bytes -> ``rowpack`` (constant byte shuffles).
+    * split/concat with a granule of 1, 2 or 4 bytes, every pointer 16-byte aligned and a
+      few rows of both sides within 128 bytes -> ``rowpack`` (constant byte shuffles),
+      staged through shared memory so that every global access is coalesced.
     * split/concat whose every chunk moves as accesses of :data:`RECT_GRANULE` bytes or
       more, in rows narrower than :data:`RECT_MAX_WINDOW` bytes -> ``rect`` over the
       chunks' window, in groups of at most :data:`MAX_CHUNKS` adjacent chunks (the same
@@ -180,14 +181,16 @@ def choose(
         from .fastcat_rowpack import rowpack_rows
 
         narrow = tuple(widths[k] for k in ids)
-        # Measured: ahead of tiles for 1- and 2-byte granules (71% vs 40%, 73% vs 66% of the
-        # ceiling on 4,194,304 x (1+3)), behind them for 4 and 8 (72% vs 89%): its warps
-        # are not coalesced (each thread owns 64 contiguous bytes).
+        # Measured on H200 (grid-study-h200.json, 256 MB): staged through shared memory, so
+        # that every global access of a warp is 512 contiguous bytes, rowpack runs at
+        # 97-99% of the copy ceiling on 67,108,864 x (1+3) u8 and (2+6) and (4+12) bytes,
+        # where the tiles ran at 36-79% and rowpack's direct accesses at 65-81%. 8-byte
+        # granules go to rect (99-100%).
         n = rowpack_rows(narrow)
-        if min(w.values()) <= 2 and n * pitch <= 128:
-            spec = (("direction", direction), ("widths", narrow), ("block", block))
+        if min(w.values()) <= 4 and n * pitch <= 128:
+            spec = (("direction", direction), ("widths", narrow), ("block", block), ("staged", True))
             threads = -(-rows // n)  # a thread moves n rows
-            why = "short rows: constant byte shuffles in registers"
+            why = "short rows: constant byte shuffles, staged through shared memory"
             return [Launch("rowpack", spec, tuple(ids), -(-threads // block), why)]
     launches = []
     for start in range(0, len(ids), MAX_CHUNKS):
@@ -227,11 +230,11 @@ def _rect(direction: str, width: int, rows: int, vectors: int, group: list[int])
     per CTA."""
     from .fastcat_rect import GRID_Y_MAX, rect_cols
 
-    # Measured on H200 over 18 gathers, scatters, splits and concats (docs/perf/kernels.md):
-    # 16-byte accesses, 2 a thread in 128-thread CTAs (4 KB) reached 90-100% of the copy
-    # ceiling where rows of the window are short, but windows of 512 vectors or more ran
-    # at 96-99% only with 32 KB CTAs (8 a thread, 256 threads); narrower accesses, 32
-    # bytes a thread in 128-thread CTAs.
+    # Measured on H200 over gathers, scatters, splits and concats (docs/perf/kernels.md,
+    # grid-study-h200.json): 16-byte accesses 2 a thread in 128-thread CTAs (4 KB) where
+    # the window is short (96.8-100% of the copy ceiling), but 8 a thread in 256-thread
+    # CTAs (32 KB) for windows of 512 vectors or more (the 4,096-vector gather: 99.2%,
+    # against 93.7% at 4 KB); narrower accesses 32 bytes a thread in 128-thread CTAs.
     if width == 16:
         block, unroll = (256, 8) if vectors >= 512 else (128, 2)
     else:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-from ..args import Pointer, Scalar
+from ..args import ArgType, Pointer, Scalar
 from ..footprint import Footprint, FootprintError
 from ..function import PtxFunction
-from ..ptxtypes import Reg, Vec
+from ..ptxtypes import Addr, Param, Reg, Vec
 from ..targets import target_capability
 
 __all__ = [
@@ -32,6 +33,8 @@ __all__ = [
     "data_regs",
     "ld_type",
     "pack_bytes",
+    "select_chunk",
+    "window_args",
     "window_chunk_vectors",
     "window_footprints",
 ]
@@ -103,6 +106,68 @@ def pack_bytes(fn: PtxFunction, word: Reg, parts: list[Reg], lo: Reg, hi: Reg) -
 # --- the window contract of the direct-copy kernels (vec, rect) ---------------------------
 
 
+def window_args(chunks: int, backward: bool) -> tuple[tuple[str, ...], tuple[ArgType, ...]]:
+    """The argument names and types of a direct copy between a window of the row side and
+    ``chunks`` adjacent chunks: ``row_base, row_pitch, rows, window_vectors``, then per
+    chunk ``chunk{k}_ptr, chunk{k}_pitch`` and, with several chunks, ``chunk{k}_start``.
+    Backward reads the row side and writes the chunks; forward the other way round."""
+    row_side, chunk_side = (BYTES_IN, BYTES_OUT) if backward else (BYTES_OUT, BYTES_IN)
+    names: list[str] = ["row_base", "row_pitch", "rows", "window_vectors"]
+    types: list[ArgType] = [row_side, U64, U64, U32]
+    for k in range(chunks):
+        names += [f"chunk{k}_ptr", f"chunk{k}_pitch"]
+        types += [chunk_side, U64]
+        if chunks > 1:
+            names.append(f"chunk{k}_start")
+            types.append(U32)
+    return tuple(names), tuple(types)
+
+
+@dataclass(frozen=True)
+class ChunkScratch:
+    """The registers :func:`select_chunk` works in (several chunks only)."""
+
+    start: Reg  # u32: the start of the chunk picked so far
+    k_start: Reg  # u32: chunk k's start
+    k_val: Reg  # u64: chunk k's pointer or pitch
+    in_chunk: Reg  # pred: the column has reached chunk k
+
+
+def select_chunk(
+    fn: PtxFunction,
+    params: Mapping[str, Param],
+    chunks: int,
+    col: Reg,
+    c_ptr: Reg,
+    c_pitch: Reg,
+    c_col: Reg,
+    scratch: ChunkScratch | None,
+    comment: str,
+) -> None:
+    """Emit: ``c_ptr``, ``c_pitch`` = the (generic) pointer and pitch of the chunk that holds
+    window column ``col`` and ``c_col`` = the column in that chunk. Chunk parameters are
+    read where used: they live in the constant bank, so ptxas folds them into the
+    instructions instead of holding registers per chunk. With several chunks, a chain of
+    ``selp`` keeps the last chunk whose start ``col`` has reached (starts ascend)."""
+    fn.inst("ld.param.u64", c_ptr, Addr(params["chunk0_ptr"]))
+    fn.inst("ld.param.u64", c_pitch, Addr(params["chunk0_pitch"]))
+    if chunks == 1:
+        fn.inst("mov.u32", c_col, col)
+        return
+    assert scratch is not None, "several chunks need scratch registers"
+    start, k_start, k_val, in_chunk = scratch.start, scratch.k_start, scratch.k_val, scratch.in_chunk
+    fn.inst("mov.u32", start, 0, comment=comment)
+    for k in range(1, chunks):
+        fn.inst("ld.param.u32", k_start, Addr(params[f"chunk{k}_start"]))
+        fn.inst("setp.ge.u32", in_chunk, col, k_start)
+        fn.inst("ld.param.u64", k_val, Addr(params[f"chunk{k}_ptr"]))
+        fn.inst("selp.b64", c_ptr, k_val, c_ptr, in_chunk)
+        fn.inst("ld.param.u64", k_val, Addr(params[f"chunk{k}_pitch"]))
+        fn.inst("selp.b64", c_pitch, k_val, c_pitch, in_chunk)
+        fn.inst("selp.b32", start, k_start, start, in_chunk)
+    fn.inst("sub.u32", c_col, col, start, comment="its column in its chunk")
+
+
 def window_chunk_vectors(name: str, chunks: int, scalars: Mapping[str, int]) -> tuple[int, ...]:
     """How many vectors of each row each of ``chunks`` adjacent chunks receives (backward)
     or gives (forward): the window's vectors ``[start_k, start_{k+1})``, the last chunk's
@@ -127,16 +192,19 @@ def window_footprints(
     ``row_pitch``, ``rows``, ``window_vectors`` accesses of ``width`` bytes) and
     ``chunks`` adjacent chunks (``chunk{k}_ptr``, ``chunk{k}_pitch``, ``chunk{k}_start``);
     ``live``: the grid has CTAs. Raises :class:`FootprintError` for a pitch ``width`` does
-    not divide, ``window_vectors`` outside 1..2**31 with rows, a window wider than the row
+    not divide, ``window_vectors`` above 2**31 (or 0 with rows), a window wider than the row
     pitch or a chunk's vectors wider than its pitch (rows would overlap)."""
     w, rows, n = width, scalars["rows"], scalars["window_vectors"]
     pitches = [scalars["row_pitch"]] + [scalars[f"chunk{k}_pitch"] for k in range(chunks)]
     bad = [p for p in pitches if p % w]
     if bad:
         raise FootprintError(f"{name}: pitch {bad[0]} is not a multiple of the access width {w}")
-    if rows > 0 and not 1 <= n <= 1 << 31:
+    # Column indices are 32-bit and a column tile steps past the window before it stops:
+    # beyond 2**31 that step could wrap and the loop would never end, rows or no rows.
+    if n > 1 << 31 or (rows > 0 and n < 1):
         raise FootprintError(
-            f"{name}: window_vectors = {n} is not accepted; accepted: 1..2**31 when rows > 0"
+            f"{name}: window_vectors = {n} is not accepted; "
+            "accepted: 1..2**31 when rows > 0 (0..2**31 without)"
         )
     if rows > 1 and n * w > pitches[0]:
         raise FootprintError(

@@ -31,16 +31,15 @@ from ..kernel import KernelBase
 from ..ptxtypes import SPECIAL_REGS, Addr
 from ..targets import resolve_target
 from .fastcat_common import (
-    BYTES_IN,
-    BYTES_OUT,
     MAX_CHUNKS,
-    U32,
-    U64,
     WIDTHS,
+    ChunkScratch,
     check_block,
     check_choice,
     data_regs,
     ld_type,
+    select_chunk,
+    window_args,
     window_chunk_vectors,
     window_footprints,
 )
@@ -129,16 +128,7 @@ class FastcatRect(KernelBase):
         self.tile_rows = block * unroll // cols
         self.name = f"fastcat_rect_{direction}"  # type: ignore[misc]
         self.id = f"{self.name}__w{width}__c{cols}__k{chunks}__u{unroll}__b{block}__{self.target}"
-        row_side, chunk_side = (BYTES_IN, BYTES_OUT) if direction == "backward" else (BYTES_OUT, BYTES_IN)
-        names: list[str] = ["row_base", "row_pitch", "rows", "window_vectors"]
-        types: list[Any] = [row_side, U64, U64, U32]
-        for k in range(chunks):
-            names += [f"chunk{k}_ptr", f"chunk{k}_pitch"]
-            types += [chunk_side, U64]
-            if chunks > 1:
-                names.append(f"chunk{k}_start")
-                types.append(U32)
-        self.arg_names, self.arg_types = tuple(names), tuple(types)
+        self.arg_names, self.arg_types = window_args(chunks, direction == "backward")
         self.block = (block, 1, 1)
         self.shared_bytes = 0
         self.info: dict[str, Any] = {
@@ -274,9 +264,9 @@ class FastcatRect(KernelBase):
         chunk_addr = [reg(f"chunk_addr_{u}", "u64") for u in range(unroll)]
         # One chunk: one row step for every slot. Several: each slot's chunk has its own pitch.
         chunk_jump = [reg(f"chunk_jump_{u}", "u64") for u in range(unroll if chunks > 1 else 1)]
-        k_start = reg("k_start", "u32") if chunks > 1 else None
-        k_val = reg("k_val", "u64") if chunks > 1 else None
-        in_chunk = reg("in_chunk", "pred") if chunks > 1 else None
+        scratch = None
+        if chunks > 1:
+            scratch = ChunkScratch(tmp32, reg("k_start", "u32"), reg("k_val", "u64"), reg("in_chunk", "pred"))
         col_loop, row_loop, next_col, finish = (
             fn.label("COLUMNS"), fn.label("ROWS"), fn.label("NEXT"), fn.label("DONE")
         )  # fmt: skip
@@ -299,22 +289,8 @@ class FastcatRect(KernelBase):
             fn.inst("mul.wide.u32", tmp64, col, w)
             fn.inst("add.u64", tmp64, tmp64, row_base)
             fn.inst("mad.lo.u64", row_addr[u], r64, pitch, tmp64, comment="its row-side address")
-            fn.inst("ld.param.u64", c_ptr, Addr(params["chunk0_ptr"]))
-            fn.inst("ld.param.u64", c_pitch, Addr(params["chunk0_pitch"]))
-            if chunks == 1:
-                fn.inst("mov.u32", c_col, col)
-            else:
-                assert k_start is not None and k_val is not None and in_chunk is not None
-                fn.inst("mov.u32", tmp32, 0, comment="which chunk holds this column (starts ascend)")
-                for k in range(1, chunks):
-                    fn.inst("ld.param.u32", k_start, Addr(params[f"chunk{k}_start"]))
-                    fn.inst("setp.ge.u32", in_chunk, col, k_start)
-                    fn.inst("ld.param.u64", k_val, Addr(params[f"chunk{k}_ptr"]))
-                    fn.inst("selp.b64", c_ptr, k_val, c_ptr, in_chunk)
-                    fn.inst("ld.param.u64", k_val, Addr(params[f"chunk{k}_pitch"]))
-                    fn.inst("selp.b64", c_pitch, k_val, c_pitch, in_chunk)
-                    fn.inst("selp.b32", tmp32, k_start, tmp32, in_chunk)
-                fn.inst("sub.u32", c_col, col, tmp32, comment="its column in its chunk")
+            select_chunk(fn, params, chunks, col, c_ptr, c_pitch, c_col, scratch,
+                         comment="which chunk holds this column (starts ascend)")  # fmt: skip
             fn.inst("cvta.to.global.u64", c_ptr, c_ptr)
             fn.inst("mul.wide.u32", tmp64, c_col, w)
             fn.inst("add.u64", tmp64, tmp64, c_ptr)

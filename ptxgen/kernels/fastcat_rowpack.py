@@ -5,8 +5,19 @@ several rows, and re-indexing granule by granule costs more than the copy. When 
 chunk widths are known while the PTX is written, a thread can take ``n`` rows at once,
 ``n`` chosen so that ``n * pitch`` and every ``n * width_k`` are multiples of 16: it loads
 those bytes as 16-byte vectors, builds every output word with at most three ``prmt``
-whose selectors are constants, and stores 16-byte vectors. No shared memory, no
-division in the main loop. The last ``rows % n`` rows go byte by byte.
+whose selectors are constants, and stores 16-byte vectors. No division in the main
+loop. The last ``rows % n`` rows go byte by byte.
+
+Two ways to reach the bytes (``staged``):
+
+* direct: each thread loads and stores its own ``n * pitch`` bytes. A warp's access is
+  then 32 vectors ``n * pitch`` bytes apart: every load or store instruction touches
+  part of 32 sectors, and the stores reach L2 as twice as many partial writes.
+* staged: the CTA's groups are one contiguous range of every array, so the CTA moves
+  each range between global and shared memory as consecutive 16-byte vectors (a warp's
+  instruction: 512 contiguous bytes), and each thread reads its own group from shared
+  memory, rearranges it, and writes it back there. One 16-byte slot in nine is padding,
+  so eight threads reading consecutive groups hit eight different bank quads.
 """
 
 from __future__ import annotations
@@ -18,15 +29,21 @@ from typing import Any
 from ..footprint import Footprint, FootprintError
 from ..function import PtxFunction, PtxModule
 from ..kernel import KernelBase
-from ..ptxtypes import SPECIAL_REGS, Addr, Reg, Vec
+from ..ptxtypes import SPECIAL_REGS, Addr, Label, Reg, Vec
 from ..targets import resolve_target
-from .fastcat_common import BYTES_IN, BYTES_OUT, U64, check_block
+from .fastcat_common import BYTES_IN, BYTES_OUT, U64, check_block, check_choice
 
 __all__ = ["FastcatRowpack", "rowpack_rows"]
 
 # Bytes one thread moves per group of rows: 8 vectors in, 8 out, and 32 + 4 data
 # registers keep it far from spilling.
 _MAX_GROUP = 128
+_SHARED_LIMIT = 48 * 1024  # static shared memory a kernel may declare
+
+
+def _padded(vectors: int) -> int:
+    """16-byte slots that hold ``vectors`` vectors with one slot of padding after every 8."""
+    return vectors + vectors // 8
 
 
 def rowpack_rows(widths: tuple[int, ...]) -> int:
@@ -73,6 +90,19 @@ class _WordBuilder:
         fn.inst("prmt.b32", dst, lo, hi, merge)
 
 
+class _Regs:
+    """The registers every part of a rowpack kernel uses, declared once."""
+
+    def __init__(self, fn: PtxFunction) -> None:
+        self.row_ptr, self.rows = fn.reg("row_ptr", "u64"), fn.reg("rows", "u64")
+        self.n_groups, self.stride = fn.reg("n_groups", "u64"), fn.reg("stride", "u64")
+        self.thread, self.block_id = fn.reg("thread", "u32"), fn.reg("block_id", "u32")
+        self.block_dim, self.grid_dim = fn.reg("block_dim", "u32"), fn.reg("grid_dim", "u32")
+        self.tmp64, self.pr = fn.reg("tmp64", "u64"), fn.reg("pr", "pred")
+        self.raddr, self.caddr = fn.reg("raddr", "u64"), fn.reg("caddr", "u64")
+        self.cptr: list[Reg] = []
+
+
 class FastcatRowpack(KernelBase):
     """Fused split (backward) / concat (forward) of short rows, ``widths`` (bytes, every
     chunk, in order) compiled in: the row side is ``rows`` rows of ``sum(widths)`` bytes,
@@ -81,17 +111,25 @@ class FastcatRowpack(KernelBase):
     Needs every pointer 16-byte aligned (when ``rows >= n``) and ``n * pitch <= 128``
     bytes (``n`` from :func:`rowpack_rows`); the last ``rows % n`` rows are copied byte
     by byte. Arguments ``(row_ptr, rows, chunk0_ptr, ...)``. Touches exactly the bytes of
-    the rows it is given.
+    the rows it is given. ``staged``: the CTA's accesses go through shared memory as
+    consecutive vectors (``block * n * pitch * 9 / 8`` bytes of it, at most 48 KB).
     """
 
     @classmethod
     def cache_key(
-        cls, *, direction: str, widths: tuple[int, ...], block: int = 256, target: str = "sm_90"
+        cls,
+        *,
+        direction: str,
+        widths: tuple[int, ...],
+        block: int = 256,
+        staged: bool = False,
+        target: str = "sm_90",
     ) -> Hashable:
         if direction not in ("backward", "forward"):
             raise ValueError(f"direction {direction!r}; accepted: 'backward', 'forward'")
         target = resolve_target(target)
         check_block(block)
+        check_choice(staged, "staged", (False, True))
         try:
             widths = tuple(widths)
         except TypeError:
@@ -105,18 +143,31 @@ class FastcatRowpack(KernelBase):
         pitch, n = sum(widths), rowpack_rows(widths)
         if n * pitch > _MAX_GROUP:
             raise ValueError(f"{n} rows of {pitch} bytes = {n * pitch} bytes a thread; at most {_MAX_GROUP}")
-        return (direction, widths, block, target)
+        if staged and 16 * _padded(block * n * pitch // 16) > _SHARED_LIMIT:
+            raise ValueError(
+                f"staged = True needs {16 * _padded(block * n * pitch // 16)} bytes of shared "
+                f"memory with block {block} and {n * pitch}-byte groups; at most {_SHARED_LIMIT}: "
+                "take a smaller block"
+            )
+        return (direction, widths, block, staged, target)
 
     def __init__(
-        self, *, direction: str, widths: tuple[int, ...], block: int = 256, target: str = "sm_90"
+        self,
+        *,
+        direction: str,
+        widths: tuple[int, ...],
+        block: int = 256,
+        staged: bool = False,
+        target: str = "sm_90",
     ) -> None:
-        self.direction, self.widths, self.block_size, self.target = self.cache_key(
-            direction=direction, widths=widths, block=block, target=target
+        self.direction, self.widths, self.block_size, self.staged, self.target = self.cache_key(
+            direction=direction, widths=widths, block=block, staged=staged, target=target
         )
         self.name = f"fastcat_rowpack_{direction}"  # type: ignore[misc]
         self.pitch = sum(self.widths)
         self.rows_per_thread = rowpack_rows(self.widths)
-        self.id = f"{self.name}__{'_'.join(map(str, self.widths))}__b{block}__{self.target}"
+        tag = "__st" if self.staged else ""
+        self.id = f"{self.name}__{'_'.join(map(str, self.widths))}__b{block}{tag}__{self.target}"
         backward = direction == "backward"
         self.arg_names = ("row_ptr", "rows", *(f"chunk{k}_ptr" for k in range(len(self.widths))))
         self.arg_types = (
@@ -125,20 +176,22 @@ class FastcatRowpack(KernelBase):
             *((BYTES_OUT if backward else BYTES_IN) for _ in self.widths),
         )
         self.block = (block, 1, 1)
-        self.shared_bytes = 0
+        group_vectors = self.rows_per_thread * self.pitch // 16
+        self.shared_bytes = 16 * _padded(block * group_vectors) if self.staged else 0
         self.info: dict[str, Any] = {
             "family": "rowpack",
             "direction": direction,
             "widths": self.widths,
             "rows_per_thread": self.rows_per_thread,
             "block": block,
+            "staged": self.staged,
         }
         self._emit()
 
     def __repr__(self) -> str:
         return (
             f"FastcatRowpack(direction={self.direction!r}, widths={self.widths!r}, "
-            f"block={self.block_size}, target={self.target!r})"
+            f"block={self.block_size}, staged={self.staged!r}, target={self.target!r})"
         )
 
     def footprints(
@@ -160,14 +213,19 @@ class FastcatRowpack(KernelBase):
     def _emit(self) -> None:
         widths, pitch, n = self.widths, self.pitch, self.rows_per_thread
         group = n * pitch
-        offs = [sum(widths[:k]) for k in range(len(widths))]
+        how = (
+            "The CTA moves its groups' bytes through shared memory as consecutive 16-byte vectors;"
+            if self.staged
+            else "Each thread loads and stores its own group as 16-byte vectors;"
+        )
         module = PtxModule(
             self.target,
             comment=[
                 f"{self.name}: rows of {pitch} bytes split as {'+'.join(map(str, widths))} bytes,",
-                "compiled in.",
-                f"Each thread moves {n} rows ({group} bytes) as 16-byte vectors and rearranges",
-                "the bytes in registers with constant prmt selectors.",
+                f"compiled in. A thread takes a group of {n} rows ({group} bytes) and rearranges",
+                "its bytes in registers with constant prmt selectors.",
+                how,
+                f"the last rows % {n} go a byte a thread.",
             ],
         )
         fn = module.entry(self.entry_point_name)
@@ -176,58 +234,91 @@ class FastcatRowpack(KernelBase):
             for name, t in zip(self.arg_names, self.arg_types)
         }
         fn.directive(".maxntid", self.block_size, 1, 1)
-        row_ptr, rows, n_groups = fn.reg("row_ptr", "u64"), fn.reg("rows", "u64"), fn.reg("n_groups", "u64")
-        gi, stride, tmp64 = fn.reg("gi", "u64"), fn.reg("stride", "u64"), fn.reg("tmp64", "u64")
-        raddr, caddr = fn.reg("raddr", "u64"), fn.reg("caddr", "u64")
-        pr = fn.reg("pr", "pred")
+        r = _Regs(fn)
+        row_ptr, rows, n_groups = r.row_ptr, r.rows, r.n_groups
 
         fn.banner("arguments")
         fn.inst("ld.param.u64", row_ptr, Addr(params["row_ptr"]))
         fn.inst("cvta.to.global.u64", row_ptr, row_ptr)
         fn.inst("ld.param.u64", rows, Addr(params["rows"]))
-        cptr = []
         for k in range(len(widths)):
             c = fn.reg(f"cptr{k}", "u64")
             fn.inst("ld.param.u64", c, Addr(params[f"chunk{k}_ptr"]))
             fn.inst("cvta.to.global.u64", c, c)
-            cptr.append(c)
-        thread, block_id = fn.reg("thread", "u32"), fn.reg("block_id", "u32")
-        block_dim, grid_dim = fn.reg("block_dim", "u32"), fn.reg("grid_dim", "u32")
-        fn.inst("mov.u32", thread, SPECIAL_REGS["tid.x"])
-        fn.inst("mov.u32", block_id, SPECIAL_REGS["ctaid.x"])
-        fn.inst("mov.u32", block_dim, SPECIAL_REGS["ntid.x"])
-        fn.inst("mov.u32", grid_dim, SPECIAL_REGS["nctaid.x"])
-        fn.inst("mul.wide.u32", gi, block_id, block_dim)
-        fn.inst("cvt.u64.u32", tmp64, thread)
-        fn.inst("add.u64", gi, gi, tmp64, comment=f"group = {n} rows")
-        fn.inst("mul.wide.u32", stride, grid_dim, block_dim)
+            r.cptr.append(c)
+        fn.inst("mov.u32", r.thread, SPECIAL_REGS["tid.x"])
+        fn.inst("mov.u32", r.block_id, SPECIAL_REGS["ctaid.x"])
+        fn.inst("mov.u32", r.block_dim, SPECIAL_REGS["ntid.x"])
+        fn.inst("mov.u32", r.grid_dim, SPECIAL_REGS["nctaid.x"])
+        fn.inst("mul.wide.u32", r.stride, r.grid_dim, r.block_dim, comment="threads in the grid")
         fn.inst(
             "shr.u64", n_groups, rows, n.bit_length() - 1, comment=f"whole groups ({n} is a power of two)"
         )
+        tail = fn.label("TAIL")
+        if self.staged:
+            self._staged_groups(fn, r, tail)
+        else:
+            self._direct_groups(fn, r, tail)
+        self._tail(fn, r, tail)
+        self.ptx_version = module.version
+        self.kernel_source = module.header()
+        self.entry_point_source = fn.render()
 
-        top, tail = fn.label("LOOP"), fn.label("TAIL")
+    # --- the bytes of one group, rearranged in registers ------------------------------------
+
+    def _chunk_vector(self, words: _WordBuilder, out: list[Reg], in_words: list[Reg], k: int, v: int) -> None:
+        """out = vector ``v`` of chunk ``k``'s bytes of the group, from the group's row-side words."""
+        widths, pitch = self.widths, self.pitch
+        w, o = widths[k], sum(widths[:k])
+        for q in range(4):
+            picks = []
+            for b in range(4):
+                j = 16 * v + 4 * q + b  # byte j of this chunk's n rows
+                src = (j // w) * pitch + o + j % w
+                picks.append((in_words[src // 4], src % 4))
+            words.word(out[q], picks)
+
+    def _row_vector(self, words: _WordBuilder, out: list[Reg], chunk_words: list[list[Reg]], v: int) -> None:
+        """out = vector ``v`` of the group's row-side bytes, from every chunk's words."""
+        widths, pitch = self.widths, self.pitch
+        offs = [sum(widths[:k]) for k in range(len(widths))]
+        for q in range(4):
+            picks = []
+            for b in range(4):
+                i = 16 * v + 4 * q + b
+                r, c = divmod(i, pitch)
+                k = max(kk for kk in range(len(widths)) if offs[kk] <= c)
+                src = r * widths[k] + c - offs[k]
+                picks.append((chunk_words[k][src // 4], src % 4))
+            words.word(out[q], picks)
+
+    def _direct_groups(self, fn: PtxFunction, r: _Regs, tail: Label) -> None:
+        """Each thread loads and stores its own group, grid-stride."""
+        widths, n = self.widths, self.rows_per_thread
+        group = n * self.pitch
+        row_ptr, cptr, n_groups, stride = r.row_ptr, r.cptr, r.n_groups, r.stride
+        tmp64, pr, raddr, caddr = r.tmp64, r.pr, r.raddr, r.caddr
+        gi = fn.reg("gi", "u64")
+        fn.inst("mul.wide.u32", gi, r.block_id, r.block_dim)
+        fn.inst("cvt.u64.u32", tmp64, r.thread)
+        fn.inst("add.u64", gi, gi, tmp64, comment=f"this thread's group of {n} rows")
+        top = fn.label("LOOP")
         words = _WordBuilder(fn)
         fn.banner(f"whole groups: {group} bytes of rows as {group // 16} vectors, rearranged in registers")
         fn.place(top)
         fn.inst("setp.ge.u64", pr, gi, n_groups)
-        fn.inst("bra.uni", tail, guard=pr)
+        fn.inst("bra", tail, guard=pr, comment="threads of a warp may differ")
+        out = [fn.reg(f"o{q}", "b32") for q in range(4)]
         if self.direction == "backward":
             in_words = [fn.reg(f"i{w}", "b32") for w in range(group // 4)]
             fn.inst("mad.lo.u64", raddr, gi, group, row_ptr)
             for v in range(group // 16):
                 fn.inst("ld.global.nc.v4.u32", Vec(tuple(in_words[4 * v : 4 * v + 4])), Addr(raddr, 16 * v),
                         comment=f"rows' bytes {16 * v}..{16 * v + 15}")  # fmt: skip
-            out = [fn.reg(f"o{q}", "b32") for q in range(4)]
-            for k, (w, o) in enumerate(zip(widths, offs)):
+            for k, w in enumerate(widths):
                 fn.inst("mad.lo.u64", caddr, gi, n * w, cptr[k])
                 for v in range(n * w // 16):
-                    for q in range(4):
-                        picks = []
-                        for b in range(4):
-                            j = 16 * v + 4 * q + b  # byte j of this chunk's n rows
-                            src = (j // w) * pitch + o + j % w
-                            picks.append((in_words[src // 4], src % 4))
-                        words.word(out[q], picks)
+                    self._chunk_vector(words, out, in_words, k, v)
                     fn.inst("st.global.v4.u32", Addr(caddr, 16 * v), Vec(tuple(out)))
         else:
             chunk_words = []
@@ -237,23 +328,148 @@ class FastcatRowpack(KernelBase):
                 fn.inst("mad.lo.u64", caddr, gi, n * w, cptr[k])
                 for v in range(n * w // 16):
                     fn.inst("ld.global.nc.v4.u32", Vec(tuple(names[4 * v : 4 * v + 4])), Addr(caddr, 16 * v))
-            out = [fn.reg(f"o{q}", "b32") for q in range(4)]
             fn.inst("mad.lo.u64", raddr, gi, group, row_ptr)
             for v in range(group // 16):
-                for q in range(4):
-                    picks = []
-                    for b in range(4):
-                        i = 16 * v + 4 * q + b
-                        r, c = divmod(i, pitch)
-                        k = max(kk for kk in range(len(widths)) if offs[kk] <= c)
-                        src = r * widths[k] + c - offs[k]
-                        picks.append((chunk_words[k][src // 4], src % 4))
-                    words.word(out[q], picks)
+                self._row_vector(words, out, chunk_words, v)
                 fn.inst("st.global.v4.u32", Addr(raddr, 16 * v), Vec(tuple(out)))
         fn.inst("add.u64", gi, gi, stride)
         fn.inst("bra.uni", top)
 
-        # The last rows % n rows: one thread per byte (at most 127 of them).
+    def _staged_groups(self, fn: PtxFunction, r: _Regs, tail: Label) -> None:
+        """The CTA's ``block`` consecutive groups at a time (grid-stride over CTAs): every
+        array's range in and out of shared memory as consecutive vectors, each group
+        rearranged by its thread in between."""
+        widths, n, block = self.widths, self.rows_per_thread, self.block_size
+        backward = self.direction == "backward"
+        # Vectors a group has on each side, and where each side's vectors start in shared
+        # memory (in vectors, before padding): the row side at 0, the chunks one after
+        # another. Both sides fill the same slots: one is read out before the other is written.
+        row_vecs = n * self.pitch // 16
+        chunk_vecs = [n * w // 16 for w in widths]
+        chunk_first = [block * sum(chunk_vecs[:k]) for k in range(len(widths))]
+        smem = fn.shared("groups", 16 * _padded(block * row_vecs), align=16)
+        thread, tmp64, pr, n_groups = r.thread, r.tmp64, r.pr, r.n_groups
+        g0, step, left = fn.reg("g0", "u64"), fn.reg("g_step", "u64"), fn.reg("left", "u64")
+        valid, base, slot = fn.reg("valid", "u32"), fn.reg("smem", "u32"), fn.reg("slot", "u32")
+        limit, tmp32, own = fn.reg("limit", "u32"), fn.reg("tmp32", "u32"), fn.reg("own", "u32")
+        gaddr = fn.reg("gaddr", "u64")
+        fn.inst("mov.u32", base, smem, comment="shared address of the staging area")
+        fn.inst("mul.wide.u32", g0, r.block_id, block, comment="this CTA's first group")
+        fn.inst("mul.wide.u32", step, r.grid_dim, block, comment="groups a grid's CTAs take at once")
+        # A pass moves vector i = first + j*block + thread into slot i + i/8. first and
+        # j*block are multiples of 8, so the thread's share, thread + thread/8, is fixed.
+        fn.inst("shr.u32", slot, thread, 3)
+        fn.inst("add.u32", slot, slot, thread, comment="thread + thread/8: this thread's slot ...")
+        fn.inst("shl.b32", slot, slot, 4)
+        fn.inst("add.u32", slot, slot, base, comment="... as a shared address, in every pass")
+
+        def own_vector(first: int, per_group: int, v: int) -> None:
+            """own = shared address of vector ``v`` of this thread's group, on the side whose
+            vectors start at ``first`` and number ``per_group`` a group."""
+            fn.inst("mad.lo.u32", own, thread, per_group, first + v)
+            fn.inst("shr.u32", tmp32, own, 3)
+            fn.inst("add.u32", own, own, tmp32, comment="one padding slot after every 8")
+            fn.inst("shl.b32", own, own, 4)
+            fn.inst("add.u32", own, own, base)
+
+        def passes(vecs: int, first: int, ptr: Reg, to_shared: bool, stem: str) -> None:
+            """Move one side's ``vecs`` vectors a group between global memory (``ptr``, from
+            the CTA's first group) and shared memory: pass ``j`` moves vector
+            ``j*block + thread`` of the CTA's range. All loads go before the first store."""
+            fn.inst("mul.lo.u32", limit, valid, vecs, comment="vectors of this side in these groups")
+            fn.inst("mul.lo.u64", gaddr, g0, 16 * vecs)
+            fn.inst("add.u64", gaddr, gaddr, ptr)
+            fn.inst("mul.wide.u32", tmp64, thread, 16)
+            fn.inst("add.u64", gaddr, gaddr, tmp64)
+            live, data = [], []
+            for j in range(vecs):
+                ok = fn.reg(f"{stem}_live_{j}", "pred")
+                if j:
+                    fn.inst("add.u32", tmp32, thread, j * block)
+                fn.inst("setp.lt.u32", ok, tmp32 if j else thread, limit)
+                live.append(ok)
+                data.append(fn.vec(f"{stem}{j}_", "b32", 4))
+            offset = [16 * _padded(first + j * block) for j in range(vecs)]
+            note = "a warp: 512 contiguous bytes"
+            if to_shared:
+                for j in range(vecs):
+                    fn.inst("ld.global.nc.v4.u32", data[j], Addr(gaddr, 16 * j * block), guard=live[j],
+                            comment=note if j == 0 else "")  # fmt: skip
+                for j in range(vecs):
+                    fn.inst("st.shared.v4.u32", Addr(slot, offset[j]), data[j], guard=live[j])
+            else:
+                for j in range(vecs):
+                    fn.inst("ld.shared.v4.u32", data[j], Addr(slot, offset[j]), guard=live[j])
+                for j in range(vecs):
+                    fn.inst("st.global.v4.u32", Addr(gaddr, 16 * j * block), data[j], guard=live[j],
+                            comment=note if j == 0 else "")  # fmt: skip
+
+        top = fn.label("LOOP")
+        words = _WordBuilder(fn)
+        out = fn.vec("o", "b32", 4)
+        fn.banner(f"whole groups, {block} at a time: through shared memory, rearranged in registers")
+        fn.place(top)
+        fn.inst("setp.ge.u64", pr, g0, n_groups)
+        fn.inst("bra.uni", tail, guard=pr, comment="uniform: the same for the whole CTA")
+        fn.inst("sub.u64", left, n_groups, g0)
+        fn.inst("min.u64", left, left, block)
+        fn.inst("cvt.u32.u64", valid, left, comment="groups this CTA moves now (the last CTA: fewer)")
+        if backward:
+            fn.banner(f"row side in: {row_vecs} pass(es)")
+            passes(row_vecs, 0, r.row_ptr, True, "r")
+            fn.inst("bar.sync", 0, comment="the CTA's rows are in shared memory")
+            in_words: list[Reg] = []
+            for v in range(row_vecs):
+                vec = fn.vec(f"g{v}_", "b32", 4)
+                own_vector(0, row_vecs, v)
+                fn.inst("ld.shared.v4.u32", vec, Addr(own), comment=f"this thread's group, vector {v}")
+                in_words += list(vec.regs)
+            fn.inst("bar.sync", 0, comment="every group read before the chunks overwrite it")
+            for k in range(len(widths)):
+                for v in range(chunk_vecs[k]):
+                    self._chunk_vector(words, list(out.regs), in_words, k, v)
+                    own_vector(chunk_first[k], chunk_vecs[k], v)
+                    fn.inst("st.shared.v4.u32", Addr(own), out, comment=f"chunk {k}, vector {v}")
+            fn.inst("bar.sync", 0, comment="every chunk's vectors are in shared memory")
+            for k in range(len(widths)):
+                fn.banner(f"chunk {k} out: {chunk_vecs[k]} pass(es)")
+                passes(chunk_vecs[k], chunk_first[k], r.cptr[k], False, f"c{k}")
+        else:
+            for k in range(len(widths)):
+                fn.banner(f"chunk {k} in: {chunk_vecs[k]} pass(es)")
+                passes(chunk_vecs[k], chunk_first[k], r.cptr[k], True, f"c{k}")
+            fn.inst("bar.sync", 0, comment="the CTA's chunk bytes are in shared memory")
+            chunk_words: list[list[Reg]] = []
+            for k in range(len(widths)):
+                names: list[Reg] = []
+                for v in range(chunk_vecs[k]):
+                    vec = fn.vec(f"x{k}_{v}_", "b32", 4)
+                    own_vector(chunk_first[k], chunk_vecs[k], v)
+                    fn.inst(
+                        "ld.shared.v4.u32", vec, Addr(own), comment=f"this thread's chunk {k}, vector {v}"
+                    )
+                    names += list(vec.regs)
+                chunk_words.append(names)
+            fn.inst("bar.sync", 0, comment="every group read before the rows overwrite it")
+            for v in range(row_vecs):
+                self._row_vector(words, list(out.regs), chunk_words, v)
+                own_vector(0, row_vecs, v)
+                fn.inst("st.shared.v4.u32", Addr(own), out, comment=f"row side, vector {v}")
+            fn.inst("bar.sync", 0, comment="every group's rows are in shared memory")
+            fn.banner(f"row side out: {row_vecs} pass(es)")
+            passes(row_vecs, 0, r.row_ptr, False, "r")
+        fn.inst("bar.sync", 0, comment="shared memory is free for the next groups")
+        fn.inst("add.u64", g0, g0, step)
+        fn.inst("bra.uni", top)
+
+    def _tail(self, fn: PtxFunction, r: _Regs, tail: Label) -> None:
+        """The last ``rows % n`` rows: one thread per byte (at most 127 of them)."""
+        widths, pitch, n = self.widths, self.pitch, self.rows_per_thread
+        group = n * pitch
+        offs = [sum(widths[:k]) for k in range(len(widths))]
+        row_ptr, cptr, rows, n_groups, stride = r.row_ptr, r.cptr, r.rows, r.n_groups, r.stride
+        tmp64, pr, raddr, caddr = r.tmp64, r.pr, r.raddr, r.caddr
+        thread, block_id, block_dim = r.thread, r.block_id, r.block_dim
         fn.banner(f"the last rows % {n} rows, a byte a thread")
         fn.place(tail)
         tail_row, tail_byte, gt = fn.reg("tail_row", "u64"), fn.reg("tail_byte", "u64"), fn.reg("gt", "u64")
@@ -270,7 +486,7 @@ class FastcatRowpack(KernelBase):
         tail_loop, done, next_byte = fn.label("TAIL_LOOP"), fn.label("DONE"), fn.label("TAIL_NEXT_BYTE")
         fn.place(tail_loop)
         fn.inst("setp.ge.u64", pr, tail_byte, all_bytes)
-        fn.inst("bra.uni", done, guard=pr)
+        fn.inst("bra", done, guard=pr, comment="threads of a warp may differ from here on")
         fn.inst("mul.lo.u64", tmp64, n_groups, group)
         fn.inst("sub.u64", tmp64, tail_byte, tmp64)
         fn.inst("cvt.u32.u64", in_tail, tmp64, comment=f"< {group}: 32-bit division by a constant is inline")
@@ -283,9 +499,9 @@ class FastcatRowpack(KernelBase):
         for k, (w, o) in enumerate(zip(widths, offs)):
             nxt = fn.label("TAIL_NEXT")
             fn.inst("setp.lt.u32", pr, col, o, comment=f"chunk {k}: columns {o}..{o + w - 1}")
-            fn.inst("bra.uni", nxt, guard=pr)
+            fn.inst("bra", nxt, guard=pr)
             fn.inst("setp.ge.u32", pr, col, o + w)
-            fn.inst("bra.uni", nxt, guard=pr)
+            fn.inst("bra", nxt, guard=pr)
             fn.inst("mad.lo.u64", caddr, tail_row, w, cptr[k])
             fn.inst("cvt.u64.u32", tmp64, col)
             fn.inst("add.u64", caddr, caddr, tmp64)
@@ -296,15 +512,12 @@ class FastcatRowpack(KernelBase):
             else:
                 fn.inst("ld.global.nc.b8", byte, Addr(caddr))
                 fn.inst("st.global.b8", Addr(raddr), byte)
-            fn.inst("bra.uni", next_byte)
+            fn.inst("bra", next_byte)
             fn.place(nxt)
         fn.place(next_byte)
         fn.inst(
             "add.u64", tail_byte, tail_byte, stride, comment="a grid may have fewer threads than tail bytes"
         )
-        fn.inst("bra.uni", tail_loop)
+        fn.inst("bra", tail_loop)
         fn.place(done)
         fn.inst("ret")
-        self.ptx_version = module.version
-        self.kernel_source = module.header()
-        self.entry_point_source = fn.render()

@@ -95,8 +95,13 @@ class _Emitter:
             negate=neg,
         )
 
-    def bra(self, label: Label, guard: str | None = None, neg: bool = False, why: str = "") -> None:
-        self("bra.uni", label, guard=guard, neg=neg, why=why)
+    def bra(
+        self, label: Label, guard: str | None = None, neg: bool = False, why: str = "", uniform: bool = False
+    ) -> None:
+        """Branch to ``label`` (if ``guard``). ``.uni`` promises that every active thread of
+        the warp branches alike: true of an unconditional branch, and of a guard the caller
+        marks ``uniform`` (the same in the whole CTA); any other guard may diverge."""
+        self("bra.uni" if guard is None or uniform else "bra", label, guard=guard, neg=neg, why=why)
 
     def label(self, stem: str) -> Label:
         return self.fn.label(stem)
@@ -146,13 +151,13 @@ class _Emitter:
         self("sub.s64", rem, num, rem)
         self.place(down)
         self("setp.ge.s64", "div_fix", rem, 0)
-        self.bra(up, guard="div_fix")
+        self.bra(up, guard="div_fix", uniform=True)
         self("sub.s64", quot, quot, 1)
         self("add.s64", rem, rem, den64)
         self.bra(down)
         self.place(up)
         self("setp.lt.s64", "div_fix", rem, den64)
-        self.bra(done, guard="div_fix")
+        self.bra(done, guard="div_fix", uniform=True)
         self("add.s64", quot, quot, 1)
         self("sub.s64", rem, rem, den64)
         self.bra(up)
@@ -435,7 +440,7 @@ class FastcatTile(KernelBase):
         borrow, borrow_done = e.label("BORROW"), e.label("BORROW_DONE")
         e.place(borrow)  # runs at most ceil(15 / pitch) times, in tile 0 only
         e("setp.ge.s32", "pr", "C", 0)
-        e.bra(borrow_done, guard="pr")
+        e.bra(borrow_done, guard="pr", uniform=True)
         e("add.s32", "C", "C", "pitch")
         e("sub.s64", "R", "R", 1)
         e.bra(borrow)
@@ -558,7 +563,7 @@ class FastcatTile(KernelBase):
         e("mbarrier.arrive.expect_tx.shared::cta.b64", Sink(), e.at("bk_mbar"), "bk_bytes",
           why="the bytes to wait for")  # fmt: skip
         e("setp.eq.u32", "pr", "bk_bytes", 0)
-        e.bra(skip, guard="pr")
+        e.bra(skip, guard="pr", uniform=True, why="thread 0 alone runs this")
         e("cvt.u32.u64", "tmp32", "bk_lo")
         e("add.u32", "bk_dst", stage, "tmp32")
         e("add.u64", "bk_src", "tile_abs", "bk_lo")
@@ -575,19 +580,28 @@ class FastcatTile(KernelBase):
         e("sub.u32", "last_tile", "n_tiles", 1)
         e("setp.eq.u32", "edge", "tile", 0)
         e("setp.eq.or.u32", "edge", "tile", "last_tile", "edge")
-        e.bra(skip, guard="edge", neg=True, why="interior tiles: no vector straddles the array's ends")
+        e.bra(
+            skip,
+            guard="edge",
+            neg=True,
+            why="interior tiles: no vector straddles the array's ends",
+            uniform=True,
+        )
         e.reg("u32", "b", "sb")
         e.reg("s64", "qb")
         e.reg("u64", "gb")
         e.reg("b16", "byte")
+        # Every thread runs the byte loops (edge tiles only), its own vectors' bytes
+        # predicated off: the loop count is the same in every thread, so no branch diverges.
+        e.reg("pred", "part")
         for u in range(self.unroll):
-            done, loop = e.label("EDGE_VEC_DONE"), e.label("EDGE_BYTE")
-            e.bra(done, guard=f"full_{u}")
+            loop = e.label("EDGE_BYTE")
+            e("not.pred", "part", f"full_{u}", why="this vector was not loaded whole")
             e("mov.u32", "b", 0)
             e.place(loop)
             e("cvt.u64.u32", "tmp64", "b")
             e("add.s64", "qb", f"q_{u}", "tmp64")
-            e("setp.ge.s64", "pr", "qb", 0)
+            e("setp.ge.and.s64", "pr", "qb", 0, "part")
             e("setp.lt.and.s64", "pr", "qb", "row_bytes_s", "pr", why="this byte is in the array")
             e("add.u32", "tmp32", f"off_{u}", "b")
             e("cvt.u64.u32", "gb", "tmp32")
@@ -597,8 +611,7 @@ class FastcatTile(KernelBase):
             e("st.shared.b8", e.at("sb"), "byte", guard="pr")
             e("add.u32", "b", "b", 1)
             e("setp.lt.u32", "pr", "b", 16)
-            e.bra(loop, guard="pr")
-            e.place(done)
+            e.bra(loop, guard="pr", uniform=True, why="the same count in every thread")
         e.place(skip)
 
     # ---- forward row phase: shared -> y tile -----------------------------------------------
@@ -630,13 +643,18 @@ class FastcatTile(KernelBase):
             e("sub.u32", "last_tile", "n_tiles", 1)
             e("setp.eq.u32", "edge", "tile", 0)
             e("setp.eq.or.u32", "edge", "tile", "last_tile", "edge")
-            e.bra(skip_all, guard="edge", neg=True)
+            e.bra(skip_all, guard="edge", neg=True, uniform=True)
         else:
             e.reg("u32", "colg")
+        # Whole rows: edge tiles only, and every thread runs the loops, its whole vectors
+        # predicated off, so no branch diverges. Column groups: every tile, so a thread
+        # skips its whole vectors (a branch that may diverge).
+        e.reg("pred", "part")
         for u in range(U):
             done, loop = e.label("EDGE_VEC_DONE"), e.label("EDGE_GRANULE")
-            e.bra(done, guard=f"full_{u}")
+            e("not.pred", "part", f"full_{u}", why="this vector was not stored whole")
             if not self.whole_rows:
+                e.bra(done, guard=f"full_{u}")
                 e.bra(done, guard=f"any_{u}", neg=True, why="no byte of the group here")
                 e("add.u32", "tmp32", "C", f"off_{u}")
                 e.divmod_u32("col_q", "colg", "tmp32", "pitch", "pitch_rcp")
@@ -644,7 +662,7 @@ class FastcatTile(KernelBase):
             e.place(loop)
             e("cvt.u64.u32", "tmp64", "m")
             e("add.s64", "qg", f"q_{u}", "tmp64")
-            e("setp.ge.s64", "pr", "qg", 0)
+            e("setp.ge.and.s64", "pr", "qg", 0, "part")
             e("setp.lt.and.s64", "pr", "qg", "row_bytes_s", "pr", why="in the array")
             if not self.whole_rows:
                 e("setp.ge.and.u32", "pr", "colg", "win_lo", "pr")
@@ -661,7 +679,7 @@ class FastcatTile(KernelBase):
                 e("sub.u32", "colg", "colg", "pitch", guard="carry")
             e("add.u32", "m", "m", g)
             e("setp.lt.u32", "pr", "m", 16)
-            e.bra(loop, guard="pr")
+            e.bra(loop, guard="pr", uniform=True, why="the same count in every thread that came in")
             e.place(done)
         e.place(skip_all)
 
@@ -701,7 +719,7 @@ class FastcatTile(KernelBase):
         e("min.s64", "c_dhi", "c_dhi", "c_lim")
         e("mov.u32", "c_nvec", 0, why="(read after `done` by the staging offsets)")
         e("setp.le.s64", "pr", "c_dhi", "c_dlo")
-        e.bra(done, guard="pr", why="nothing of this chunk here")
+        e.bra(done, guard="pr", why="nothing of this chunk here", uniform=True)
         e("add.u64", "c_vstart", "c_ptr", "c_dlo")
         e("and.b64", "c_vstart", "c_vstart", -16, why="first 16-byte vector of the range (absolute)")
         e("add.u64", "c_vend", "c_ptr", "c_dhi")
@@ -829,7 +847,7 @@ class FastcatTile(KernelBase):
         e.place(skip)
         e("add.u32", "m", "m", g)
         e("setp.lt.u32", "pr", "m", 16)
-        e.bra(loop, guard="pr")
+        e.bra(loop, guard="pr", uniform=True, why="the same count in every thread that came in")
 
     def _scatter_chunks(self, stage: str) -> None:
         """Forward: read every chunk's bytes for this tile (16-byte loads, `unroll` in
@@ -984,7 +1002,7 @@ class FastcatTile(KernelBase):
             top = e.label("TILE_LOOP")
             e.place(top)
             e("setp.ge.u32", "pr", "tile", "n_tiles")
-            e.bra(self.exit, guard="pr")
+            e.bra(self.exit, guard="pr", uniform=True)
             self._tile_setup()
             if self.direction == "backward":
                 self._load_rows("stage")
@@ -1038,7 +1056,7 @@ class FastcatTile(KernelBase):
         e.reg("s64", "cur_R")
         e.reg("u64", "cur_abs", "cur_q0")
         e("setp.ge.u32", "pr", "tile", "n_tiles")
-        e.bra(self.exit, guard="pr")
+        e.bra(self.exit, guard="pr", uniform=True)
         e.note("prologue: the first tile's loads into stage 0")
         self._tile_setup()
         self._load_rows("stage")
@@ -1055,7 +1073,7 @@ class FastcatTile(KernelBase):
         e.reg("pred", "has_next")
         e("setp.lt.u32", "has_next", "tile", "n_tiles")
         nxt = e.label("NO_NEXT")
-        e.bra(nxt, guard="has_next", neg=True)
+        e.bra(nxt, guard="has_next", neg=True, uniform=True)
         self._tile_setup()
         self._load_rows("other")
         e.place(nxt)
@@ -1101,4 +1119,4 @@ class FastcatTile(KernelBase):
         e("bar.sync", 0, why="the stage is free again")
         e("mov.u32", "stage", "other")
         e("setp.lt.u32", "pr", "tile", "n_tiles")
-        e.bra(top, guard="pr")
+        e.bra(top, guard="pr", uniform=True)

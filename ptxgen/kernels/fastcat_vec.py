@@ -26,14 +26,16 @@ from .fastcat_common import (
     LAYOUTS,
     LOAD_HINTS,
     MAX_CHUNKS,
-    U32,
     U64,
     WIDTHS,
+    ChunkScratch,
     check_block,
     check_choice,
     check_hint,
     data_regs,
     ld_type,
+    select_chunk,
+    window_args,
     window_chunk_vectors,
     window_footprints,
 )
@@ -284,16 +286,7 @@ class FastcatVec(KernelBase):
         tag = ("__cs" if streaming_stores else "") + f"__{layout}"
         tag += f"__{load_hint.replace('::', '_')}" if load_hint else ""
         self.id = f"{self.name}__w{width}__k{chunks}__u{unroll}__b{block}{tag}__{self.target}"
-        row_side, chunk_side = (BYTES_IN, BYTES_OUT) if direction == "backward" else (BYTES_OUT, BYTES_IN)
-        names: list[str] = ["row_base", "row_pitch", "rows", "window_vectors"]
-        types: list[Any] = [row_side, U64, U64, U32]
-        for k in range(chunks):
-            names += [f"chunk{k}_ptr", f"chunk{k}_pitch"]
-            types += [chunk_side, U64]
-            if chunks > 1:
-                names.append(f"chunk{k}_start")
-                types.append(U32)
-        self.arg_names, self.arg_types = tuple(names), tuple(types)
+        self.arg_names, self.arg_types = window_args(chunks, direction == "backward")
         self.block = (block, 1, 1)
         self.shared_bytes = 0
         self.info: dict[str, Any] = {
@@ -410,10 +403,12 @@ class FastcatVec(KernelBase):
         # folds them into the instructions instead of holding 5 registers per chunk.
         c_ptr, c_pitch = fn.reg("c_ptr", "u64"), fn.reg("c_pitch", "u64")
         row_addr, chunk_addr = fn.reg("row_addr", "u64"), fn.reg("chunk_addr", "u64")
-        c_start, c_col = fn.reg("c_start", "u32"), fn.reg("c_col", "u32")
+        c_col = fn.reg("c_col", "u32")
         in_chunk = fn.reg("in_chunk", "pred")
-        k_start = fn.reg("k_start", "u32") if chunks > 1 else None
-        k_val = fn.reg("k_val", "u64") if chunks > 1 else None
+        scratch = None
+        if chunks > 1:
+            start, k_start, k_val = fn.reg("c_start", "u32"), fn.reg("k_start", "u32"), fn.reg("k_val", "u64")
+            scratch = ChunkScratch(start, k_start, k_val, in_chunk)
 
         top, done = fn.label("LOOP"), fn.label("DONE")
         fn.banner(f"a round: {unroll} slots, all loads before the first store")
@@ -435,23 +430,8 @@ class FastcatVec(KernelBase):
             fn.inst("mad.lo.u64", row_addr, row[u], pitch, row_base)
             fn.inst("mul.wide.u32", tmp64, col[u], width)
             fn.inst("add.u64", row_addr, row_addr, tmp64)
-            fn.inst("ld.param.u64", c_ptr, Addr(params["chunk0_ptr"]))
-            fn.inst("ld.param.u64", c_pitch, Addr(params["chunk0_pitch"]))
-            if chunks == 1:
-                fn.inst("mov.u32", c_col, col[u])
-            else:
-                assert k_start is not None and k_val is not None
-                fn.inst("mov.u32", c_start, 0,
-                        comment=f"slot {u}: which chunk holds this vector (starts ascend)")  # fmt: skip
-                for k in range(1, chunks):
-                    fn.inst("ld.param.u32", k_start, Addr(params[f"chunk{k}_start"]))
-                    fn.inst("setp.ge.u32", in_chunk, col[u], k_start)
-                    fn.inst("ld.param.u64", k_val, Addr(params[f"chunk{k}_ptr"]))
-                    fn.inst("selp.b64", c_ptr, k_val, c_ptr, in_chunk)
-                    fn.inst("ld.param.u64", k_val, Addr(params[f"chunk{k}_pitch"]))
-                    fn.inst("selp.b64", c_pitch, k_val, c_pitch, in_chunk)
-                    fn.inst("selp.b32", c_start, k_start, c_start, in_chunk)
-                fn.inst("sub.u32", c_col, col[u], c_start)
+            select_chunk(fn, params, chunks, col[u], c_ptr, c_pitch, c_col, scratch,
+                         comment=f"slot {u}: which chunk holds this vector (starts ascend)")  # fmt: skip
             fn.inst("cvta.to.global.u64", c_ptr, c_ptr)
             fn.inst("mad.lo.u64", chunk_addr, row[u], c_pitch, c_ptr)
             fn.inst("mul.wide.u32", tmp64, c_col, width)

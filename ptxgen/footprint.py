@@ -10,12 +10,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Footprint", "FootprintError"]
+__all__ = ["Footprint", "FootprintError", "check_launch_block"]
 
 
 class FootprintError(ValueError):
     """The launch's scalars and grid ask for something the kernel cannot do safely
     (a chunk past the end of its rows, say)."""
+
+
+def check_launch_block(name: str, block: tuple[int, ...], built_for: tuple[int, int, int]) -> None:
+    """Refuse a launch whose block is not the one the kernel was written for: its
+    footprints, and its indexing (a stride, a shared-memory layout), assume that block."""
+    if tuple(block) != built_for:
+        raise FootprintError(f"{name} is built for block {built_for}, not {tuple(block)}")
 
 
 @dataclass(frozen=True)

@@ -212,6 +212,13 @@ def _bits_compare_equal_only(p: Parsed) -> str | None:
     return None
 
 
+def _vote_mode_type(p: Parsed) -> str | None:
+    ballot = p.get("mode") == "ballot"
+    if ballot != (p.type == "b32"):
+        return f"{p.opcode}: .ballot gives a .b32 mask; .all, .any and .uni give a .pred"
+    return None
+
+
 def _float_mul_has_no_mode(p: Parsed) -> str | None:
     is_float = (p.type or "")[0] == "f"
     if is_float and p.get("mode"):
@@ -572,6 +579,15 @@ _ROWS: tuple[Family, ...] = (
         isa="8.0",
         sm=90,
         doc="order generic-proxy accesses before async-proxy ones (bulk copies)",
+    ),
+    Family(
+        "vote.sync",
+        (Group("mode", _qs("all", "any", "uni", "ballot"), required=True), _types("pred", "b32")),
+        (_D, Slot("r", "pred"), Slot("s", "b32")),
+        rules=(_vote_mode_type,),
+        isa="6.0",
+        sm=30,
+        doc="d = the predicate a over the warp's threads in member mask b (all, any, uni, or a ballot)",
     ),
     Family(
         "elect.sync",

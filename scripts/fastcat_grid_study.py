@@ -242,13 +242,17 @@ def variants(op, rows, sizes, esize, chunk, rule, widths, direction, sm):
 
 
 def _rowpacks(rule, widths, direction, rows) -> list[tuple[str, list]]:
-    """rowpack, direct and staged, where the rows are short enough for it."""
+    """rowpack, direct and staged, where the rows are short enough for it. Only for a
+    split or a concat (a launch that moves every piece): rowpack writes whole rows, so a
+    gather of one piece is not something it can do."""
     from ptxgen.kernels.fastcat_rowpack import rowpack_rows
 
     ids = tuple(k for k in range(len(widths)) if widths[k])
     narrow = tuple(widths[k] for k in ids)
     n = rowpack_rows(narrow)
-    if len(rule) != 1 or len(ids) != len(widths) or len(ids) > 8 or n * sum(narrow) > 128:
+    if len(rule) != 1 or tuple(rule[0].chunk_ids) != ids or len(ids) != len(widths):
+        return []
+    if len(ids) > 8 or n * sum(narrow) > 128:
         return []
     out = []
     for staged in (False, True):

@@ -5,7 +5,7 @@
     python scripts/sanitize.py --tools memcheck --out /tmp/s.json
 
 memcheck runs the whole GPU suite but for what cannot run under it or would take it
-hours: the copies past 2^31 elements and the huge row counts, the million launches of
+hours: the copies past 2^31 elements and the huge row counts, the 1.2 million launches of
 the leak test, the deliberate kernel fault and the forked child; the property test
 draws 400 random cases instead of 2,000. racecheck and
 synccheck look at shared memory and barriers, so they run the kernels that use them:

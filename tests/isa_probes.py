@@ -24,6 +24,7 @@ IMMEDIATES = {
     ("cp.async.bulk.wait_group", 0): 0,
     ("bar", 0): 0,
     ("elect.sync", 1): 0xFFFFFFFF,
+    ("vote.sync", 2): 0xFFFFFFFF,
 }
 ISA_ORDER = sorted(PTX_ISA_CUDA, key=isa_key)
 TARGET_ORDER = sorted(TARGETS, key=target_sm)

@@ -1,7 +1,7 @@
 """A small PTX interpreter for the subset ptxgen.fastcat_proto emits, to test kernels on a CPU.
 
-It runs every thread of a block as a Python generator that pauses at ``bar.sync``, blocks
-one after the other. Global memory is a set of exact allocations: any access outside
+It runs every thread of a block as a Python generator that pauses at ``bar.sync`` (and
+at ``vote.sync``, which its warp answers), blocks one after the other. Global memory is a set of exact allocations: any access outside
 them raises :class:`OutOfBounds` (what compute-sanitizer's memcheck would report),
 including bytes a 16-byte vector would read past an array's end. Asynchronous copies
 (``cp.async``, ``cp.async.bulk``) complete at once, so races between them and their
@@ -284,6 +284,11 @@ class _Thread:
                     return
                 elif head == "bar":
                     yield "bar"
+                elif head == "vote":  # vote.sync.<mode>.<type> d, a, membermask: the warp answers
+                    if self.val(a[2], "b32") != 0xFFFFFFFF:
+                        raise RuntimeError("vote.sync: only a full member mask is modelled")
+                    answer = yield ("vote", op[2], bool(self.val(a[1], "pred")))
+                    self.set(a[0], answer, op[-1])
                 else:
                     self.step(op, a)
             except (OutOfBounds, RuntimeError, KeyError) as err:
@@ -463,18 +468,55 @@ def run_kernel(kernel, grid: int | tuple[int, ...], args: dict, mem: Memory) -> 
             _Thread(prog, args, t, ctaid, kernel.block_size, dims, mem, smem)
             for t in range(kernel.block_size)
         ]
-        gens = [th.run() for th in threads]
-        live = list(range(len(gens)))
-        while live:
-            states = []
-            for i in live:
-                try:
-                    next(gens[i])
-                    states.append(i)
-                except StopIteration:
-                    pass
-            if states and len(states) != len(live):
-                raise RuntimeError("some threads reached bar.sync while others exited")
-            live = states
+        _schedule([th.run() for th in threads])
         total += sum(th.executed for th in threads)
     return total
+
+
+def _vote(mode: str, lanes: list[tuple[int, bool]]) -> object:
+    """A warp's answer to vote.sync over its lanes' ``(lane, predicate)``."""
+    values = [v for _, v in lanes]
+    if mode == "any":
+        return any(values)
+    if mode == "all":
+        return all(values)
+    if mode == "uni":
+        return all(values) or not any(values)
+    return sum(1 << lane for lane, v in lanes if v)  # ballot
+
+
+def _schedule(gens: list) -> None:
+    """Run a block's threads: each until it exits or pauses at ``bar.sync`` (the block
+    goes on when every thread is there) or at ``vote.sync`` (its warp goes on once every
+    thread of the warp that has not exited is there, each given the warp's answer)."""
+    waiting: dict[int, object] = {}  # thread -> "bar" or ("vote", mode, predicate)
+    send: dict[int, object] = {i: None for i in range(len(gens))}
+    done: set[int] = set()
+    while len(done) < len(gens):
+        for i, value in list(send.items()):
+            try:
+                waiting[i] = gens[i].send(value)
+            except StopIteration:
+                done.add(i)
+        send = {}
+        votes = {i: w for i, w in waiting.items() if w != "bar"}
+        if votes:
+            for warp in sorted({i // 32 for i in votes}):
+                lanes = [i for i in range(warp * 32, min(warp * 32 + 32, len(gens))) if i not in done]
+                if any(i not in votes for i in lanes):
+                    continue  # the rest of the warp is on its way (or stuck at a barrier: below)
+                modes = {votes[i][1] for i in lanes}
+                if len(modes) != 1:
+                    raise RuntimeError("threads of one warp are at different vote.sync instructions")
+                answer = _vote(modes.pop(), [(i % 32, votes[i][2]) for i in lanes])
+                for i in lanes:
+                    del waiting[i]
+                    send[i] = answer
+            if not send:
+                raise RuntimeError("vote.sync: part of a warp waits at a barrier, part at the vote")
+            continue
+        if waiting:
+            if done:
+                raise RuntimeError("some threads reached bar.sync while others exited")
+            send = dict.fromkeys(waiting)
+            waiting = {}

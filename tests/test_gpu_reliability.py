@@ -175,6 +175,11 @@ def fuzz(slot, value):
     if slot < 5:
         if slot < 2 and isinstance(value, int):
             return  # int addresses are trusted (documented): a random one faults the GPU, not the host
+        if slot < 2 and isinstance(value, Odd):
+            # an exporter's address is trusted as an int's is: give it the real array's,
+            # so the interface's other fields are fuzzed, not the GPU
+            ptr, readonly = value.__cuda_array_interface__["data"]
+            value.__cuda_array_interface__["data"] = ((dy, dx)[slot].ptr, readonly)
         args[slot] = value
     elif slot == 5:
         grid = value
@@ -266,7 +271,15 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def test_load_unload_cycles_and_a_million_launches_leak_nothing(dev, record_property):
+def test_load_unload_cycles_and_launches_leak_nothing(dev, record_property):
+    """Three batches each of 4,000 load/unload cycles and of 400,000 launches.
+
+    Device memory must come back within 1 MB after every batch. Host RSS is noisier
+    (malloc arenas and the driver's own pools grow in steps, now and then by a few MB),
+    so one batch of each kind must end within 256 KB of where it began: a real leak
+    grows in every batch, and one byte per launch is 400 KB a batch, 64 bytes per
+    cycle 256 KB. Every batch's growth is recorded.
+    """
     import gc
 
     k = ptxgen.ChannelCatBackward("f32", 128)
@@ -278,21 +291,23 @@ def test_load_unload_cycles_and_a_million_launches_leak_nothing(dev, record_prop
             _ = module.function
             module.close()
 
-    def flat(what: str, count: int, run) -> None:
-        """Device memory and host RSS across ``run()`` stay within 1 MB; both recorded."""
-        gc.collect()
-        free_before, rss_before = dev.memory_info()[0], _rss_bytes()
-        run()
-        gc.collect()
-        free_after, rss_after = dev.memory_info()[0], _rss_bytes()
-        record_property(what, count)
-        record_property(f"{what}_device_free_bytes", f"{free_before} -> {free_after}")
-        record_property(f"{what}_host_rss_bytes", f"{rss_before} -> {rss_after}")
-        assert abs(free_after - free_before) <= 1 << 20, (what, free_before, free_after)
-        assert rss_after - rss_before <= 1 << 20, (what, rss_before, rss_after)
+    def batches(what: str, count: int, run) -> None:
+        growth = []
+        for batch in range(3):
+            gc.collect()
+            free_before, rss_before = dev.memory_info()[0], _rss_bytes()
+            run()
+            gc.collect()
+            free_after, rss_after = dev.memory_info()[0], _rss_bytes()
+            growth.append(rss_after - rss_before)
+            record_property(f"{what}_{batch}_device_free_bytes", f"{free_before} -> {free_after}")
+            assert abs(free_after - free_before) <= 1 << 20, (what, batch, free_before, free_after)
+        record_property(what, f"3 batches of {count}")
+        record_property(f"{what}_host_rss_growth_bytes", growth)
+        assert min(growth) <= 256 << 10, (what, growth)
 
     cycles(200)  # warm-up: caches, the JIT's disk cache, allocator pools
-    flat("load_unload_cycles", 10_000, lambda: (cycles(10_000), dev.synchronize()))
+    batches("load_unload_cycles", 4_000, lambda: (cycles(4_000), dev.synchronize()))
 
     fn = dev.load(k).function
     dy, dx = dev.empty((64, 32), "f32"), dev.empty((64, 16), "f32")
@@ -303,13 +318,13 @@ def test_load_unload_cycles_and_a_million_launches_leak_nothing(dev, record_prop
     stream.synchronize()
 
     def launches() -> None:
-        for i in range(1_000_000):
+        for i in range(400_000):
             fn.launch(grid, block, args, stream=stream)
             if i % 100_000 == 0:
                 stream.synchronize()  # keep the queue short
         stream.synchronize()
 
-    flat("launches", 1_000_000, launches)
+    batches("launches", 400_000, launches)
 
 
 # --- two GPUs ---------------------------------------------------------------------------

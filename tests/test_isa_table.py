@@ -61,7 +61,7 @@ def test_the_families_the_fast_kernels_need_are_in_the_table():
     for opcode in ("ld", "st", "cvta", "mov", "add", "mul", "mad", "shf", "prmt", "bfe", "setp", "selp", "bra",
                    "bar", "mbarrier.init", "mbarrier.arrive.expect_tx", "mbarrier.try_wait.parity", "cp.async",
                    "cp.async.bulk", "cp.async.bulk.commit_group", "fence.proxy.async", "elect.sync",
-                   "griddepcontrol"):  # fmt: skip
+                   "vote.sync", "griddepcontrol"):  # fmt: skip
         assert opcode in isa.FAMILIES
 
 

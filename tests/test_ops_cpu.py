@@ -5,6 +5,7 @@ launch contract in numpy."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 
@@ -440,15 +441,21 @@ def test_a_shape_is_planned_once_and_replanned_for_new_alignments(emulated, monk
     assert len(made) == 2 and made[1].wide_align == 4 and made[0].wide_align == 0
 
 
-def test_grids_past_the_device_limit_become_several_launches(monkeypatch, fresh_plans):
+@pytest.mark.parametrize("rows_per_launch, launches", [(5, 5 + 5), (1, 23 + 23)])
+def test_grids_past_the_device_limit_become_several_launches(
+    monkeypatch, fresh_plans, rows_per_launch, launches
+):
+    """23 rows cut into launches of a few rows each, for each piece; 46 launches are more
+    than the op writes out in one function (ops._INLINE_STEPS), so it loops over them."""
     monkeypatch.setattr(plan, "VARIANTS", [plan.SEED])  # the seed's grid limits are what is tested
-    device = EmulatedDevice(max_grid_x=5)
+    device = EmulatedDevice(max_grid_x=rows_per_launch)
     monkeypatch.setattr(ops, "_device_for", lambda op, named: device)
     data = np.random.default_rng().integers(0, 2**63, (23, 40), dtype=np.uint64)
     pieces = runtime.channel_cat_backward(device.array((23, 40), "i64", data), [39, 1])
     assert np.array_equal(device.read(pieces[0], np.uint64), data[:, :39])
     assert np.array_equal(device.read(pieces[1], np.uint64), data[:, 39:])
-    assert len(device.launches) == 5 + 5  # 23 rows, 5 per launch, for each piece
+    assert len(device.launches) == launches
+    assert (launches > ops._INLINE_STEPS) == (rows_per_launch == 1)
 
 
 def test_a_remembered_shape_still_refuses_bools(emulated):
@@ -488,3 +495,89 @@ def test_arrays_that_name_a_stream_are_ordered_before_the_launch(emulated, monke
     assert calls == []  # refused before anything was queued
     runtime.channel_cat_forward([produced, FakeArray((4, 2), "f32", ptr=emulated.alloc(32), stream=5)], 1)
     assert calls == [(0, 0x7777), (0, 5)]
+
+
+def _device_array(device, shape, dtype, data=None):
+    """A runtime.DeviceArray over the emulated device's memory (the quick path takes
+    DeviceArrays by their class and ``launch_key``)."""
+    from runtime.memory import DeviceArray, launch_key
+
+    fake = device.array(shape, dtype, data)
+    a = DeviceArray.__new__(DeviceArray)
+    a.device, a.shape, a.nbytes, a.address = device, tuple(shape), fake.nbytes, fake.ptr
+    a._ptr, a._dtype, a._finalizer = fake.ptr, ptxgen.resolve_dtype(dtype), SimpleNamespace(alive=True)
+    a.launch_key = launch_key(device, a._dtype) if fake.nbytes else None
+    return a
+
+
+@pytest.mark.parametrize(
+    "shape, sizes, dim, descending",
+    [((5, 17), (3, 14), -1, False), ((2, 9, 3, 4), (2, 1, 6), 1, True), ((37,), (36, 1), 0, True)],
+)
+def test_the_quick_path_launches_what_the_general_path_would(
+    emulated, monkeypatch, shape, sizes, dim, descending
+):
+    """DeviceArrays with ``out`` take the quick path (the general reader is made to fail);
+    it writes what numpy's split and concatenate give, and hands the driver the same
+    launches as the general path. Outputs allocated in descending address order make it
+    test their overlap the long way."""
+    emulated.closed = False
+    monkeypatch.setattr(ops, "device_of", lambda ordinal: emulated)
+    data = np.random.default_rng().integers(-(2**63), 2**63, shape, dtype=np.int64)
+    dy = _device_array(emulated, shape, "i64", data)
+    want = np.split(data, np.cumsum(sizes)[:-1], axis=dim)
+    order = range(len(sizes) - 1, -1, -1) if descending else range(len(sizes))
+    made = {i: _device_array(emulated, want[i].shape, "i64") for i in order}
+    out = [made[i] for i in range(len(sizes))]
+    y = _device_array(emulated, shape, "i64")
+
+    real = ops._recognise
+    monkeypatch.setattr(ops, "_recognise", lambda *a: pytest.fail("the general path was taken"))
+    for _ in range(2):  # planned, then remembered
+        before = len(emulated.launches)
+        assert runtime.channel_cat_backward(dy, list(sizes), dim, out=out, stream=7) == out
+        assert runtime.channel_cat_forward(out, dim, out=y, stream=7) is y
+    quick = emulated.launches[before:]
+    for got, w in zip(out, want):
+        assert np.array_equal(emulated.read(got, np.int64), w)
+    assert np.array_equal(emulated.read(y, np.int64), data)
+
+    monkeypatch.setattr(ops, "_recognise", real)
+    monkeypatch.setattr(ops, "_backward_quick", lambda *a: False)
+    monkeypatch.setattr(ops, "_forward_quick", lambda *a: False)
+    before = len(emulated.launches)
+    runtime.channel_cat_backward(dy, list(sizes), dim, out=out, stream=7)
+    runtime.channel_cat_forward(out, dim, out=y, stream=7)
+    assert emulated.launches[before:] == quick
+
+
+def test_the_quick_path_leaves_what_it_refuses_to_the_general_path(emulated, monkeypatch):
+    """Overlap, a wrong shape, another dtype, a bool size: the quick path launches nothing
+    and the general path raises the error that names the problem."""
+    emulated.closed = False
+    monkeypatch.setattr(ops, "device_of", lambda ordinal: emulated)
+    dy = _device_array(emulated, (4, 10), "f32")
+    a, b = _device_array(emulated, (4, 3), "f32"), _device_array(emulated, (4, 7), "f32")
+    runtime.channel_cat_backward(dy, [3, 7], 1, out=[a, b])  # remembered
+    before = len(emulated.launches)
+    wrong = _device_array(emulated, (4, 6), "f32")
+    other = _device_array(emulated, (4, 7), "i64")
+    cases = [
+        ([3, 7], [a, a], ValueError, r"out\[1\] has shape \(4, 3\), expected \(4, 7\)"),
+        ([3, 7], [a, wrong], ValueError, r"out\[1\] has shape \(4, 6\), expected \(4, 7\)"),
+        ([3, 7], [a, other], TypeError, r"out\[1\] is i64, expected f32"),
+        ([3, 7], [b, a], ValueError, r"out\[0\] has shape \(4, 7\), expected \(4, 3\)"),
+        ([True, 9], [_device_array(emulated, (4, 1), "f32"), _device_array(emulated, (4, 9), "f32")],
+         TypeError, r"sizes\[0\] = True is a bool"),
+        ([3, 7], [a], ValueError, "out has 1 arrays for 2 sizes"),
+    ]  # fmt: skip
+    for sizes, out, error, message in cases:
+        with pytest.raises(error, match=message):
+            runtime.channel_cat_backward(dy, sizes, 1, out=out)
+    with pytest.raises(ValueError, match=r"xs\[0\] and out overlap"):
+        alias = _device_array(emulated, (4, 3), "f32")
+        alias.address = alias._ptr = dy.address + 16  # inside dy
+        runtime.channel_cat_forward([alias, b], 1, out=dy)
+    with pytest.raises(ValueError, match=r"xs\[1\] has shape \(4, 7\), xs\[0\] \(4, 3, 1\)"):
+        runtime.channel_cat_forward([_device_array(emulated, (4, 3, 1), "f32"), b], 1, out=dy)
+    assert len(emulated.launches) == before

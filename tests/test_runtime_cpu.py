@@ -339,6 +339,20 @@ def test_stream_handles():
         stream_handle("default")
 
 
+def test_a_stream_object_with_both_attributes_is_read_by_cuda_stream():
+    """torch's streams have ``cuda_stream`` and ``__cuda_stream__``; the attribute is
+    read (the protocol costs torch about a microsecond a call), and says the same."""
+    from runtime.stream import stream_handle
+
+    class TorchLikeStream:
+        cuda_stream = 0x5150
+
+        def __cuda_stream__(self):
+            raise AssertionError("the attribute is cheaper and says the same")
+
+    assert stream_handle(TorchLikeStream()) == 0x5150 and stream_handle(0x5150) == 0x5150
+
+
 def test_entry_parameter_count_is_read_from_the_ptx():
     from conftest import hand_written_kernel
 

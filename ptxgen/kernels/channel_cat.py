@@ -23,7 +23,7 @@ from typing import ClassVar
 from ..args import Pointer, Scalar
 from ..arith import magic_divisor
 from ..dtypes import resolve_dtype
-from ..footprint import Footprint, FootprintError
+from ..footprint import Footprint, FootprintError, check_launch_block
 from ..function import PtxFunction, PtxModule
 from ..kernel import KernelBase
 from ..ptxtypes import SPECIAL_REGS, Addr, Reg
@@ -144,8 +144,7 @@ class _ChannelCat(KernelBase):
                 f"{self.name}: chunk_offset + chunk_c = {offset} + {chunk_c} = {offset + chunk_c} "
                 f"exceeds c_total = {c_total}: the chunk must lie within a row"
             )
-        if tuple(block) != self.block:
-            raise FootprintError(f"{self.name} is built for block {self.block}, not {tuple(block)}")
+        check_launch_block(self.name, block, self.block)
         src, dst = self.arg_names[0], self.arg_names[1]
         size = self._dtype.itemsize
         wide = narrow = 0

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from ..footprint import Footprint, FootprintError
+from ..footprint import Footprint, FootprintError, check_launch_block
 from ..function import PtxModule
 from ..kernel import KernelBase
 from ..ptxtypes import SPECIAL_REGS, Addr
@@ -172,12 +172,11 @@ class FastcatRect(KernelBase):
         ``width``-aligned. Any grid with one CTA in z covers every access.
 
         Raises :class:`FootprintError` where the kernel would misbehave: a pitch ``width``
-        does not divide, ``window_vectors`` outside 1..2**31 (column indices are 32-bit),
-        a window wider than the row pitch, a chunk's vectors wider than its pitch (rows
+        does not divide, ``window_vectors`` above 2**31 (column indices are 32-bit) or 0
+        with rows to copy, a window wider than the row pitch, a chunk's vectors wider than its pitch (rows
         would overlap), starts that do not ascend, a grid with more than one CTA in z
         (each z slice would repeat the copy), or another block shape."""
-        if tuple(block) != self.block:
-            raise FootprintError(f"{self.name} is built for block {self.block}, not {tuple(block)}")
+        check_launch_block(self.name, block, self.block)
         if grid[2] != 1:
             raise FootprintError(f"{self.name}: grid {tuple(grid)} must have 1 CTA in z")
         live = grid[0] > 0 and grid[1] > 0

@@ -26,7 +26,7 @@ import math
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from ..footprint import Footprint, FootprintError
+from ..footprint import Footprint, check_launch_block
 from ..function import PtxFunction, PtxModule
 from ..kernel import KernelBase
 from ..ptxtypes import SPECIAL_REGS, Addr, Label, Reg, Vec
@@ -200,8 +200,7 @@ class FastcatRowpack(KernelBase):
         """``rows * pitch`` bytes of the row side, ``rows * widths[k]`` of chunk ``k``;
         16-byte aligned where there is a whole group of ``n`` rows (16-byte vectors), byte
         aligned otherwise. Grid-stride: any non-empty grid covers everything."""
-        if tuple(block) != self.block:
-            raise FootprintError(f"{self.name} is built for block {self.block}, not {tuple(block)}")
+        check_launch_block(self.name, block, self.block)
         rows = scalars["rows"] if all(g > 0 for g in grid) else 0
         align = 16 if rows >= self.rows_per_thread else 1
         backward = self.direction == "backward"
@@ -458,7 +457,10 @@ class FastcatRowpack(KernelBase):
             fn.inst("bar.sync", 0, comment="every group's rows are in shared memory")
             fn.banner(f"row side out: {row_vecs} pass(es)")
             passes(row_vecs, 0, r.row_ptr, False, "r")
-        fn.inst("bar.sync", 0, comment="shared memory is free for the next groups")
+        # No barrier before the next round. A pass touches shared vector i only from thread
+        # i % block, so the next round's first pass writes what this thread alone has read
+        # in the passes above; the other threads' accesses (each to its own group's
+        # vectors) all came before this round's third barrier.
         fn.inst("add.u64", g0, g0, step)
         fn.inst("bra.uni", top)
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from ..args import Pointer, Scalar
-from ..footprint import Footprint, FootprintError
+from ..footprint import Footprint, FootprintError, check_launch_block
 from ..function import PtxFunction, PtxModule
 from ..kernel import KernelBase
 from ..ptxtypes import SPECIAL_REGS, Addr, Label, Reg, Sink, Vec
@@ -100,7 +100,8 @@ class _Emitter:
     ) -> None:
         """Branch to ``label`` (if ``guard``). ``.uni`` promises that every active thread of
         the warp branches alike: true of an unconditional branch, and of a guard the caller
-        marks ``uniform`` (the same in the whole CTA); any other guard may diverge."""
+        marks ``uniform`` (the same in every thread of the warp: a CTA-wide value, a loop
+        count every thread shares, or a vote's answer); any other guard may diverge."""
         self("bra.uni" if guard is None or uniform else "bra", label, guard=guard, neg=neg, why=why)
 
     def label(self, stem: str) -> Label:
@@ -140,7 +141,9 @@ class _Emitter:
     def divmod_u64(self, quot: str, rem: str, num: str, den64: str, den_rcp: str) -> None:
         """quot, rem = divmod(num, den) for a u64 num (s64 results): a float estimate, then
         exact correction loops. div.u64 would become a CALL whose ABI spills live
-        registers; this stays inline. The loops run a few times while the quotient is < 2**24."""
+        registers; this stays inline. The loops run a few times while the quotient is < 2**24.
+        Both callers divide CTA-wide values (where the CTA's tile starts), so every thread
+        loops alike and the branches are ``.uni``; a per-thread ``num`` would need plain ones."""
         self.reg("f32", "div_f")
         self.reg("pred", "div_fix")
         down, up, done = self.label("DIV_DOWN"), self.label("DIV_UP"), self.label("DIV_DONE")
@@ -340,8 +343,7 @@ class FastcatTile(KernelBase):
         Alignment: each chunk pointer ``granule``; ``row_ptr`` 1 here, since what the
         kernel needs is ``(row_ptr + off_k) % granule == 0`` (:meth:`safe_for`).
         """
-        if tuple(block) != self.block:
-            raise FootprintError(f"{self.name} is built for block {self.block}, not {tuple(block)}")
+        check_launch_block(self.name, block, self.block)
         rows, pitch, row_bytes, _, hi = self._check_scalars(scalars)
         run = grid[0] >= 1 and rows > 0
         backward = self.direction == "backward"
@@ -591,12 +593,13 @@ class FastcatTile(KernelBase):
         e.reg("s64", "qb")
         e.reg("u64", "gb")
         e.reg("b16", "byte")
-        # Every thread runs the byte loops (edge tiles only), its own vectors' bytes
-        # predicated off: the loop count is the same in every thread, so no branch diverges.
+        # Only the warps holding a vector that straddles an end run the byte loops; in
+        # them every thread runs the loops, its own vectors' bytes predicated off, so the
+        # loop count is the same in every thread and no branch diverges.
         e.reg("pred", "part")
         for u in range(self.unroll):
-            loop = e.label("EDGE_BYTE")
-            e("not.pred", "part", f"full_{u}", why="this vector was not loaded whole")
+            loop, done = e.label("EDGE_BYTE"), e.label("EDGE_BYTES_DONE")
+            self._straddles(u, "was not loaded whole", done)
             e("mov.u32", "b", 0)
             e.place(loop)
             e("cvt.u64.u32", "tmp64", "b")
@@ -612,7 +615,21 @@ class FastcatTile(KernelBase):
             e("add.u32", "b", "b", 1)
             e("setp.lt.u32", "pr", "b", 16)
             e.bra(loop, guard="pr", uniform=True, why="the same count in every thread")
+            e.place(done)
         e.place(skip)
+
+    def _straddles(self, u: int, what: str, done: Label) -> None:
+        """%part: this thread's vector u holds bytes of the array but not all 16 (only at
+        the array's ends). A warp in which no thread's does goes on to ``done``: the vote
+        gives every thread of the warp the same answer, so that branch is uniform."""
+        e = self.e
+        e.reg("pred", "any_part")
+        e("not.pred", "part", f"full_{u}", why=f"this vector {what}")
+        e("setp.lt.and.s64", "part", f"q_{u}", "row_bytes_s", "part")
+        e("add.s64", "tmp64", f"q_{u}", 16)
+        e("setp.gt.and.s64", "part", "tmp64", 0, "part", why="and it holds bytes of the array")
+        e("vote.sync.any.pred", "any_part", "part", 0xFFFFFFFF, why="asks all 32 threads of the warp")
+        e.bra(done, guard="any_part", neg=True, uniform=True, why="no thread of this warp has such a vector")
 
     # ---- forward row phase: shared -> y tile -----------------------------------------------
     def _store_rows(self, stage: str) -> None:
@@ -646,14 +663,17 @@ class FastcatTile(KernelBase):
             e.bra(skip_all, guard="edge", neg=True, uniform=True)
         else:
             e.reg("u32", "colg")
-        # Whole rows: edge tiles only, and every thread runs the loops, its whole vectors
-        # predicated off, so no branch diverges. Column groups: every tile, so a thread
-        # skips its whole vectors (a branch that may diverge).
+        # Whole rows: edge tiles only, and only the warps holding a straddling vector;
+        # there every thread runs the loops, its whole vectors predicated off, so no
+        # branch diverges. Column groups: every tile, so a thread skips its whole vectors
+        # (a branch that may diverge).
         e.reg("pred", "part")
         for u in range(U):
             done, loop = e.label("EDGE_VEC_DONE"), e.label("EDGE_GRANULE")
-            e("not.pred", "part", f"full_{u}", why="this vector was not stored whole")
-            if not self.whole_rows:
+            if self.whole_rows:
+                self._straddles(u, "was not stored whole", done)
+            else:
+                e("not.pred", "part", f"full_{u}", why="this vector was not stored whole")
                 e.bra(done, guard=f"full_{u}")
                 e.bra(done, guard=f"any_{u}", neg=True, why="no byte of the group here")
                 e("add.u32", "tmp32", "C", f"off_{u}")
@@ -847,6 +867,8 @@ class FastcatTile(KernelBase):
         e.place(skip)
         e("add.u32", "m", "m", g)
         e("setp.lt.u32", "pr", "m", 16)
+        # .uni speaks of the threads active here: those that came in (a plain branch may
+        # have left others out), and each of them runs 16 / granule rounds.
         e.bra(loop, guard="pr", uniform=True, why="the same count in every thread that came in")
 
     def _scatter_chunks(self, stage: str) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from ..footprint import Footprint, FootprintError
+from ..footprint import Footprint, check_launch_block
 from ..function import PtxFunction, PtxModule
 from ..kernel import KernelBase
 from ..ptxtypes import SPECIAL_REGS, Addr, Reg
@@ -43,12 +43,6 @@ from .fastcat_common import (
 __all__ = ["FastcatFlatCopy", "FastcatVec"]
 
 _DIRECTIONS = ("backward", "forward")
-
-
-def _check_launch_block(name: str, block: tuple[int, int, int], want: tuple[int, int, int]) -> None:
-    # The slot layout is computed from the block size the PTX was written for.
-    if tuple(block) != want:
-        raise FootprintError(f"{name} is built for block {want}, not {tuple(block)}")
 
 
 def _read_thread_ids(fn: PtxFunction) -> tuple[Reg, Reg, Reg, Reg]:
@@ -123,7 +117,7 @@ class FastcatFlatCopy(KernelBase):
     ) -> tuple[Footprint, Footprint]:
         """``16 * n_vectors`` bytes of ``src`` read and of ``dst`` written, both 16-byte
         aligned; nothing for an empty grid. Grid-stride: any grid covers every vector."""
-        _check_launch_block(self.name, block, self.block)
+        check_launch_block(self.name, block, self.block)
         nbytes = 16 * scalars["n_vectors"] if all(g > 0 for g in grid) else 0
         return (
             Footprint("src", nbytes, 1, 16, writes=False),
@@ -329,7 +323,7 @@ class FastcatVec(KernelBase):
         does not divide, ``window_vectors`` of 0 (it is a divisor) or above 2**31 (the
         vector index is 32-bit and carries), a window wider than the row pitch, a chunk's
         vectors wider than its pitch (its rows would overlap), or another block shape."""
-        _check_launch_block(self.name, block, self.block)
+        check_launch_block(self.name, block, self.block)
         live = all(g > 0 for g in grid)
         return window_footprints(
             self.name, self.width, self.chunks, scalars, live, self.direction == "backward"

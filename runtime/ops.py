@@ -498,6 +498,22 @@ def _torch_facts(value: Any) -> tuple[int, int, tuple[int, ...], DType, int, boo
         return None
 
 
+def _wide_facts(value: Any, tensor: type | None) -> tuple[Any, ...] | None:
+    """``(address, nbytes, shape, dtype, device ordinal, writable, launch key)`` of the
+    wide array (``dy`` of a split, ``y`` of a concat) when it is an open, non-empty
+    DeviceArray (its ``launch_key``, which every piece of the same device and dtype
+    shares) or a plain CUDA tensor (launch key None); None for anything else."""
+    if value.__class__ is DeviceArray:
+        key = value.launch_key  # (device, dtype) while open and not empty
+        if key is None:
+            return None
+        return value.address, value.nbytes, value.shape, key[1], key[0].ordinal, True, key
+    if value.__class__ is tensor:
+        found = _torch_facts(value)
+        return None if found is None else (*found, None)
+    return None
+
+
 def _disjoint(spans: list[tuple[int, int]]) -> bool:
     """Whether no two of the ``(start, end)`` byte ranges share a byte."""
     spans.sort()
@@ -547,20 +563,10 @@ def _backward_quick(dy: Any, sizes: Any, dim: Any, out: Any, handle: int) -> boo
         if s.__class__ is not int:
             return False
     tensor = _tensor_class[0]
-    if dy.__class__ is DeviceArray:
-        same = dy.launch_key  # (device, dtype) while open and not empty
-        if same is None:
-            return False
-        dtype = same[1]
-        ptr, end, shape, ordinal = dy.address, dy.nbytes, dy.shape, same[0].ordinal
-    elif dy.__class__ is tensor:
-        found = _torch_facts(dy)
-        if found is None:
-            return False
-        ptr, end, shape, dtype, ordinal, _ = found
-        same = None
-    else:
+    wide = _wide_facts(dy, tensor)
+    if wide is None:
         return False
+    ptr, end, shape, dtype, ordinal, _, same = wide
     key = (shape, dim, dtype.name, ordinal, handle, *sizes)
     call = _quick_calls.get(key)
     if call is None or call.device.closed:
@@ -616,22 +622,10 @@ def _forward_quick(xs: Any, dim: Any, out: Any, handle: int) -> bool:
     if (xs.__class__ is not list and xs.__class__ is not tuple) or not xs or dim.__class__ is not int:
         return False
     tensor = _tensor_class[0]
-    if out.__class__ is DeviceArray:
-        same = out.launch_key
-        if same is None:
-            return False
-        dtype = same[1]
-        ptr, end, shape, ordinal = out.address, out.nbytes, out.shape, same[0].ordinal
-    elif out.__class__ is tensor:
-        found = _torch_facts(out)
-        if found is None:
-            return False
-        ptr, end, shape, dtype, ordinal, writable = found
-        if not writable:
-            return False
-        same = None
-    else:
+    wide = _wide_facts(out, tensor)
+    if wide is None or not wide[5]:  # y is written
         return False
+    ptr, end, shape, dtype, ordinal, _, same = wide
     end += ptr
     mask = dtype.itemsize - 1
     if ptr & mask:

@@ -584,8 +584,8 @@ def _backward_quick(dy: Any, sizes: Any, dim: Any, out: Any, handle: int) -> boo
     for o, want in zip(out, wants):
         cls = o.__class__
         if cls is DeviceArray:
-            k = o.launch_key  # the same device and dtype as a DeviceArray dy: the same key
-            if k is not same and (k is None or k[1] is not dtype or k[0].ordinal != ordinal):
+            k = o.launch_key  # None: closed or empty; the same device and dtype as dy: dy's key
+            if k is None or (k is not same and (k[1] is not dtype or k[0].ordinal != ordinal)):
                 return False
             if o.shape != want:
                 return False
@@ -637,7 +637,7 @@ def _forward_quick(xs: Any, dim: Any, out: Any, handle: int) -> bool:
         cls = x.__class__
         if cls is DeviceArray:
             k = x.launch_key
-            if k is not same and (k is None or k[1] is not dtype or k[0].ordinal != ordinal):
+            if k is None or (k is not same and (k[1] is not dtype or k[0].ordinal != ordinal)):
                 return False
             p, n = x.address, x.nbytes
             shapes.append(x.shape)

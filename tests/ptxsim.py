@@ -287,7 +287,7 @@ class _Thread:
                 elif head == "vote":  # vote.sync.<mode>.<type> d, a, membermask: the warp answers
                     if self.val(a[2], "b32") != 0xFFFFFFFF:
                         raise RuntimeError("vote.sync: only a full member mask is modelled")
-                    answer = yield ("vote", op[2], bool(self.val(a[1], "pred")))
+                    answer = yield ("vote", (pc, op[2]), bool(self.val(a[1], "pred")))
                     self.set(a[0], answer, op[-1])
                 else:
                     self.step(op, a)
@@ -489,7 +489,7 @@ def _schedule(gens: list) -> None:
     """Run a block's threads: each until it exits or pauses at ``bar.sync`` (the block
     goes on when every thread is there) or at ``vote.sync`` (its warp goes on once every
     thread of the warp that has not exited is there, each given the warp's answer)."""
-    waiting: dict[int, object] = {}  # thread -> "bar" or ("vote", mode, predicate)
+    waiting: dict[int, object] = {}  # thread -> "bar" or ("vote", (instruction, mode), predicate)
     send: dict[int, object] = {i: None for i in range(len(gens))}
     done: set[int] = set()
     while len(done) < len(gens):
@@ -505,10 +505,10 @@ def _schedule(gens: list) -> None:
                 lanes = [i for i in range(warp * 32, min(warp * 32 + 32, len(gens))) if i not in done]
                 if any(i not in votes for i in lanes):
                     continue  # the rest of the warp is on its way (or stuck at a barrier: below)
-                modes = {votes[i][1] for i in lanes}
-                if len(modes) != 1:
+                at = {votes[i][1] for i in lanes}  # (instruction, mode)
+                if len(at) != 1:
                     raise RuntimeError("threads of one warp are at different vote.sync instructions")
-                answer = _vote(modes.pop(), [(i % 32, votes[i][2]) for i in lanes])
+                answer = _vote(at.pop()[1], [(i % 32, votes[i][2]) for i in lanes])
                 for i in lanes:
                     del waiting[i]
                     send[i] = answer

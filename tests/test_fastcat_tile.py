@@ -238,3 +238,34 @@ def test_footprints_refuse_layouts_the_kernel_cannot_do():
         and not k.safe_for(1, [0, 0], [0, 8])
         and k.safe_for(0, [0, 0], [0, 8])
     )
+
+
+def test_the_interpreter_answers_each_warp_at_one_vote():
+    """vote.sync in tests/ptxsim.py: a warp goes on once every lane that has not exited
+    stands at the same vote, each given the warp's answer; lanes at different votes, or
+    some at a barrier, are an error (on the GPU: undefined)."""
+    from ptxsim import _schedule, _vote
+
+    def lane(plan, log):
+        for step in plan:
+            log.append((yield step))
+
+    log = []
+    _schedule(
+        [lane([("vote", (7, "any"), i == 3)], log) for i in range(32)] + [lane([], log) for _ in range(32)]
+    )
+    assert log == [True] * 32
+    log = []
+    _schedule([lane([("vote", (7, "all"), True)] if i % 2 else [], log) for i in range(64)])
+    assert log == [True] * 32, "exited lanes take no part"
+    with pytest.raises(RuntimeError, match=r"different vote\.sync instructions"):
+        _schedule([lane([("vote", (7 if i < 16 else 9, "any"), True)], []) for i in range(32)])
+    with pytest.raises(RuntimeError, match="part of a warp waits at a barrier"):
+        _schedule([lane(["bar"] if i < 16 else [("vote", (7, "any"), True)], []) for i in range(32)])
+    lanes = [(0, True), (1, False), (5, True)]
+    assert (_vote("any", lanes), _vote("all", lanes), _vote("uni", lanes), _vote("ballot", lanes)) == (
+        True,
+        False,
+        False,
+        0b100001,
+    )

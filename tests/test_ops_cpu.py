@@ -581,3 +581,72 @@ def test_the_quick_path_leaves_what_it_refuses_to_the_general_path(emulated, mon
     with pytest.raises(ValueError, match=r"xs\[1\] has shape \(4, 7\), xs\[0\] \(4, 3, 1\)"):
         runtime.channel_cat_forward([_device_array(emulated, (4, 3, 1), "f32"), b], 1, out=dy)
     assert len(emulated.launches) == before
+
+
+class _FakeTensor:
+    """What the quick path and the general reader read of a CUDA ``torch.Tensor``, over
+    the emulated device's memory (put in as the tensor class, ``ops._tensor_class``)."""
+
+    def __init__(self, device, shape, dtype, data=None, requires_grad=False):
+        self._array = device.array(shape, dtype, data)
+        self.shape, self.dtype, self.nbytes = tuple(shape), dtype, self._array.nbytes
+        self.is_cuda, self.requires_grad = True, requires_grad
+
+    def is_contiguous(self):
+        return True
+
+    def data_ptr(self):
+        return self._array.ptr
+
+    def get_device(self):
+        return 0
+
+
+@pytest.fixture
+def mixed(emulated, monkeypatch):
+    emulated.closed = False
+    monkeypatch.setattr(ops, "device_of", lambda ordinal: emulated)
+    monkeypatch.setattr(ops, "_tensor_class", [_FakeTensor])
+    return emulated
+
+
+def _closed(a):
+    a.launch_key, a.address, a._finalizer = None, 0, SimpleNamespace(alive=False)
+    return a
+
+
+def test_the_quick_path_takes_torch_tensors_and_device_arrays_together(mixed, monkeypatch):
+    data = np.arange(4 * 10, dtype=np.float32).reshape(4, 10)
+    dy = _FakeTensor(mixed, (4, 10), "f32", data)
+    out = [_device_array(mixed, (4, 3), "f32"), _device_array(mixed, (4, 7), "f32")]
+    y = _FakeTensor(mixed, (4, 10), "f32")
+    monkeypatch.setattr(ops, "_recognise", lambda *a: pytest.fail("the general path was taken"))
+    runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
+    runtime.channel_cat_forward(out, 1, out=y)
+    assert np.array_equal(mixed.read(out[0], np.float32), data[:, :3])
+    assert np.array_equal(mixed.read(out[1], np.float32), data[:, 3:])
+    assert np.array_equal(mixed.read(y._array, np.float32), data)
+
+
+def test_the_quick_path_refuses_closed_empty_and_overlapping_arrays_beside_tensors(mixed):
+    """A closed or empty DeviceArray has no launch key, like a torch tensor: it must not
+    pass for one of the right dtype and device (a closed one's address is 0)."""
+    dy = _FakeTensor(mixed, (4, 10), "f32")
+    b = _device_array(mixed, (4, 7), "f32")
+    a = _device_array(mixed, (4, 5), "f32")
+    before = len(mixed.launches)
+    cases = [
+        (lambda: runtime.channel_cat_backward(dy, [3, 7], 1, out=[_closed(_device_array(mixed, (4, 3), "f32")), b]),
+         ValueError, r"out\[0\] is a closed DeviceArray"),
+        (lambda: runtime.channel_cat_backward(dy, [0, 10], 1, out=[_device_array(mixed, (4, 0), "i64"),
+                                                                     _device_array(mixed, (4, 10), "f32")]),
+         TypeError, r"out\[0\] is i64, expected f32"),
+        (lambda: runtime.channel_cat_forward([_closed(_device_array(mixed, (4, 3), "f32")), b], 1,
+                                             out=_FakeTensor(mixed, (4, 10), "f32")),
+         ValueError, r"xs\[0\] is a closed DeviceArray"),
+        (lambda: runtime.channel_cat_backward(dy, [5, 5], 1, out=[a, a]), ValueError, r"out\[0\] and out\[1\] overlap"),
+    ]  # fmt: skip
+    for call, error, message in cases:
+        with pytest.raises(error, match=message):
+            call()
+    assert len(mixed.launches) == before

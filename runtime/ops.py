@@ -529,7 +529,11 @@ def _disjoint(spans: list[tuple[int, int]]) -> bool:
 def _quick_call(
     key: tuple[Any, ...], record: _Split | _Join, ordinal: int, shapes: Sequence[tuple[int, ...]]
 ) -> _QuickCall:
-    """Made at a key's first call (or once the device it was made on closed)."""
+    """Made at a key's first call (or once the device it was made on closed). Entries of
+    closed devices are dropped here, so that none keeps a closed device's modules."""
+    for old_key, old in list(_quick_calls.items()):  # list(): one step, safe beside other threads
+        if old.device.closed and _quick_calls.get(old_key) is old:  # not one made again since
+            _quick_calls.pop(old_key, None)
     found = _QuickCall(device_of(ordinal), tuple(tuple(s) for s in shapes), record, {})
     return _remember(_quick_calls, key, found)
 

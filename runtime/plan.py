@@ -354,8 +354,10 @@ FASTCAT_CHUNK = Variant(
     build=lambda chunk, traits: _fastcat_steps(
         "gather" if chunk.op == "backward" else "scatter", chunk, traits
     ),
-    when="one piece: 2-D tiles of the widest access the alignments allow, one tile per CTA "
-    "(shared-memory tiles for a wide piece at a narrow granule)",
+    when="one piece: 2-D tiles of the widest access the alignments allow, one tile per CTA; "
+    "from short rows, byte shuffles over whole rows (every sector of them holds bytes of the piece); "
+    "a narrow piece at a 1-byte granule, byte accesses on a persistent grid; "
+    "shared-memory tiles for a wide piece at a narrow granule",
 )
 
 # In order of preference. Kernel variants are added here, one row each.

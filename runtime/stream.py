@@ -67,7 +67,11 @@ def stream_handle(stream: Any) -> int:
         )
     # torch's attribute first: it is one read, where torch's __cuda_stream__ (which says
     # the same) builds a tuple in Python, about a microsecond a call in all
-    handle = getattr(stream, "cuda_stream", None)
+    failed = None
+    try:
+        handle = getattr(stream, "cuda_stream", None)
+    except Exception as err:  # a property of some other object that fails: try the protocol
+        handle, failed = None, err
     if handle.__class__ is int:
         return handle if handle in _known_streams else trust_stream_handle(handle)
     protocol = getattr(stream, "__cuda_stream__", None)
@@ -82,7 +86,8 @@ def stream_handle(stream: Any) -> int:
     raise TypeError(
         f"expected a runtime.Stream, an int stream handle, an object with __cuda_stream__ or "
         f"cuda_stream, or None; got {type(stream).__name__}"
-    )
+        + (f" (its cuda_stream raised {type(failed).__name__}: {failed})" if failed is not None else "")
+    ) from failed
 
 
 class Stream:

@@ -197,6 +197,8 @@ def run_case(ctx: Context, case: Case, methods: list[Method], reps: int, warmup:
             "op": case.op,
             "group": case.group,
             "traffic_bytes": moved,
+            # the same in DRAM's 64-byte units (bench_cases.DRAM_GRANULE); ceilings copy flat
+            "dram_traffic_bytes": case.dram_traffic() if moved == traffic else moved,
             "GBps": None,
             "us": None,
             "correct": None,
@@ -302,6 +304,39 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def gather_table(results: list[dict[str, Any]]) -> str:
+    """Markdown: each gather's best kernel of ours against the ceiling, on honest traffic
+    (32-byte sectors) and on what DRAM must move (64-byte units)."""
+    head = (
+        "| gather | dtype | ours GB/s | % of ceiling | DRAM bytes / honest bytes | % of ceiling, DRAM bytes |"
+    )
+    lines = [head, "|---|---|---|---|---|---|"]
+    for shape, dtype in dict.fromkeys(
+        (r["pretty_shape"], r["dtype"]) for r in results if r["op"] == "gather"
+    ):
+        rows = [
+            r
+            for r in results
+            if (r["op"], r["pretty_shape"], r["dtype"]) == ("gather", shape, dtype)
+            and r["method_group"] == "ours"
+            and r["GBps"]
+            and r["correct"]
+        ]
+        if not rows:
+            continue
+        best = max(rows, key=lambda r: r["GBps"])
+        ceiling = best["case_ceiling_GBps"]
+        if not ceiling:
+            continue
+        dram = best.get("dram_traffic_bytes") or best["traffic_bytes"]
+        scale = dram / best["traffic_bytes"]
+        lines.append(
+            f"| {shape} | {dtype} | {best['GBps']:,.0f} | {100 * best['GBps'] / ceiling:.1f} | "
+            f"{scale:.3f} | {100 * best['GBps'] * scale / ceiling:.1f} |"
+        )
+    return "\n".join(lines)
+
+
 def variants_table() -> str:
     lines = ["| variant | scope | when it is chosen |", "|---|---|---|"]
     lines += [f"| `{v.name}` | {v.scope} | {v.when} |" for v in VARIANTS]
@@ -323,6 +358,9 @@ def generated_section(doc: dict[str, Any]) -> str:
         "`fails`: the method raised (below).\n\n"
         f"{table(doc['results'])}\n\n"
         + (f"Failures:\n\n{fail_lines}\n" if failures else "")
+        + "Gathers against the ceiling, on honest traffic and on the bytes DRAM must move "
+        "(it delivers 64-byte units: `bench_cases.DRAM_GRANULE`):\n\n"
+        f"{gather_table(doc['results'])}\n\n"
         + "Kernel variants, in the planner's order of preference (`runtime/plan.py`):\n\n"
         f"{variants_table()}\n\n"
         f"{END}"
@@ -350,7 +388,8 @@ and Triton. Raw numbers: `results.json`; per shape: `bandwidth.png`.
   median of the runs after warm-up is reported.
 - Honest traffic: bytes written plus every 32-byte sector of the source holding
   needed bytes (`bench_cases.sector_bytes`): a slice narrower than a sector still
-  costs the sector.
+  costs the sector. DRAM delivers 64-byte units, so gathers are also shown against
+  the bytes DRAM must move (`dram_traffic_bytes`).
 - The ceiling: the better of `cuMemcpyDtoD` and a flat copy kernel moving 16-byte
   vectors (hand-written PTX in `scripts/bench_methods.py`), over the same number of
   bytes, in the same run.

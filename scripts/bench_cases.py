@@ -27,6 +27,10 @@ __all__ = [
 ]
 
 SECTOR = 32  # bytes: the unit in which the memory system reads
+# bytes: the unit in which an H200's DRAM delivers them. A kernel asking for one 32-byte
+# sector of every 64 bytes takes as long as one reading them all (fastcat_grid_study.py
+# --sectors: ~62 bytes read a row for one sector in rows of 64, ~70 in rows of 128).
+DRAM_GRANULE = 64
 OPS = ("gather", "split", "concat")
 DTYPE_SIZES = {"u8": 1, "i8": 1, "e4m3": 1, "e5m2": 1, "bf16": 2, "f16": 2, "i16": 2, "u16": 2}
 DTYPE_SIZES |= {"f32": 4, "i32": 4, "u32": 4, "f64": 8, "i64": 8, "u64": 8}
@@ -90,12 +94,12 @@ def format_shape(rows: int, sizes: tuple[int, ...], pick: int | None, pretty: bo
     return f"{n(rows)} × ({terms})" if pretty else f"{rows}x({terms})"
 
 
-def sector_bytes(rows: int, pitch: int, start: int, width: int, base: int = 0) -> int:
-    """Bytes of every 32-byte sector holding at least one of the bytes
+def sector_bytes(rows: int, pitch: int, start: int, width: int, base: int = 0, sector: int = SECTOR) -> int:
+    """Bytes of every ``sector``-byte sector (32 unless told) holding at least one of the bytes
     ``[base + r*pitch + start, base + r*pitch + start + width)`` for ``r < rows``.
 
     Exact, in time independent of ``rows``: where a row begins within its sector
-    repeats every ``32 / gcd(pitch, 32)`` rows, and both the sectors a row touches and
+    repeats every ``sector / gcd(pitch, sector)`` rows, and both the sectors a row touches and
     whether it shares its first sector with the row before depend only on that.
     """
     if rows <= 0 or width <= 0:
@@ -106,22 +110,22 @@ def sector_bytes(rows: int, pitch: int, start: int, width: int, base: int = 0) -
 
     def touched(r: int) -> int:
         """Sectors of row r, minus one if its first is row r-1's last."""
-        a = (first + r * pitch) % SECTOR
-        count = (a + width - 1) // SECTOR + 1
+        a = (first + r * pitch) % sector
+        count = (a + width - 1) // sector + 1
         if r > 0:
-            prev = (first + (r - 1) * pitch) % SECTOR
+            prev = (first + (r - 1) * pitch) % sector
             # row r-1 ends in the sector where row r begins
-            if (prev + width - 1) // SECTOR == (prev + pitch) // SECTOR:
+            if (prev + width - 1) // sector == (prev + pitch) // sector:
                 count -= 1
         return count
 
-    period = SECTOR // _gcd(pitch % SECTOR or SECTOR, SECTOR)
+    period = sector // _gcd(pitch % sector or sector, sector)
     total = touched(0)
     if rows > 1:
         per_period = [touched(r) for r in range(1, period + 1)]
         full, rest = divmod(rows - 1, period)
         total += full * sum(per_period) + sum(per_period[:rest])
-    return total * SECTOR
+    return total * sector
 
 
 def _gcd(a: int, b: int) -> int:
@@ -195,6 +199,17 @@ class Case:
             return self.wide_bytes + sector_bytes(1, self.wide_bytes, 0, self.wide_bytes)
         pieces = [self.rows * s * isz for s in self.sizes]
         return self.wide_bytes + sum(sector_bytes(1, p, 0, p) for p in pieces)
+
+    def dram_traffic(self) -> int:
+        """:meth:`traffic` with :data:`DRAM_GRANULE`-byte units of the source in place of
+        32-byte sectors: what DRAM has to move at least (the same as ``traffic`` for
+        splits and concats, whose sources are read whole)."""
+        if self.op != "gather":
+            return self.traffic()
+        isz, pitch = self.itemsize, self.channels * self.itemsize
+        width = self.sizes[self.pick] * isz
+        read = sector_bytes(self.rows, pitch, self.offsets[self.pick] * isz, width, sector=DRAM_GRANULE)
+        return self.rows * width + read
 
 
 # The issue's shapes: one piece (gather), and whole splits (and concats)

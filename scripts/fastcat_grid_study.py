@@ -12,6 +12,12 @@ the ``rect`` family and one-tile-per-CTA grids, docs/perf/kernels.md).
    wave (the rule before), tiles at other unrolls or on one wave, and for short rows
    ``rowpack`` direct and staged through shared memory, and tiles.
 
+3. Sector reads (``--sectors``): a gather of one 32-byte sector a row from rows of 32 to
+   256 bytes, to see which bytes DRAM really delivers when a kernel asks for some sectors
+   of a region and not others. The bytes read a row that the time implies (at the
+   driver copy's rate, measured in the same run, less the bytes written) tell whether a
+   lone sector costs 32 bytes of DRAM traffic or more.
+
 CUDA events, median of --reps after warm-up, GPU held by a spin while the host queues;
 per-case ceiling: ``cuMemcpyDtoDAsync`` of half the op's honest traffic. Writes
 $OUT/grid_study.json (or --json). Needs torch.
@@ -48,6 +54,21 @@ CASES = [
     ("gather", 524288, (32, 48), 4, 1, 0, None),
     ("gather", 4194304, (1, 3), 4, 1, 0, None),
     ("gather", 4194304, (1, 3), 8, 1, 0, None),
+    # short rows: rowpack reading whole rows against tiles and rect
+    ("gather", 4194304, (1, 3), 1, 1, 0, None),
+    ("gather", 4194304, (1, 3), 1, 0, 0, None),
+    ("gather", 4194304, (1, 3), 2, 1, 0, None),
+    ("gather", 4194304, (1, 3), 2, 0, 0, None),
+    ("gather", 4194304, (1, 3), 4, 0, 0, None),
+    ("gather", 4194304, (3, 5), 1, 1, 0, None),
+    ("gather", 4194304, (1, 1, 2), 2, 2, 0, None),
+    ("gather", 4194304, (5, 27), 1, 0, 0, None),
+    # narrow chunks at 1- and 2-byte granules: rect against vec on a persistent grid
+    ("gather", 4194304, (3, 61), 1, 0, 0, None),
+    ("gather", 4194304, (7, 9, 48), 1, 1, 0, None),
+    ("gather", 4194304, (1, 5, 26), 2, 1, 0, None),
+    ("gather", 4194304, (33, 11, 20), 1, 1, 0, None),
+    ("gather", 1000003, (17, 200, 39), 1, 2, 3, (1, 5, 7)),
     ("gather", 1000003, (17, 200, 39), 1, 1, 3, (1, 5, 7)),
     ("gather", 300007, (100, 101), 8, 1, 8, (0, 8)),
     ("gather", 200704, (256, 256), 1, 1, 0, None),
@@ -186,6 +207,28 @@ def variants(op, rows, sizes, esize, chunk, rule, widths, direction, sm):
             unroll = 8 if op == "gather" and w >= 8 else 4
             spec = (("direction", direction), ("width", w), ("chunks", 1), ("unroll", unroll), ("block", 256))
             out.append(("vec, one wave (rule before)", [fc.Launch("vec", spec, ids, sm * 8, "")]))
+            if w <= 2:  # narrow accesses: more work a thread, and more threads
+                for unroll, waves, block in (
+                    (8, 1, 256),
+                    (4, 2, 256),
+                    (8, 2, 256),
+                    (4, 1, 512),
+                    (16, 1, 256),
+                ):
+                    spec = (
+                        ("direction", direction), ("width", w), ("chunks", 1), ("unroll", unroll),
+                        ("block", block),
+                    )  # fmt: skip
+                    grid = sm * waves * 2048 // block
+                    out.append((f"vec u{unroll} b{block} x{waves}", [fc.Launch("vec", spec, ids, grid, "")]))
+                pitch = sum(widths)
+                spec = (
+                    ("direction", direction), ("chunks", 1), ("granule", w), ("whole_rows", False),
+                    ("unroll", 4), ("block", 256), ("loader", "regs"),
+                )  # fmt: skip
+                tiles = -(-(rows * pitch + 15) // (16 * 4 * 256))
+                if op == "gather":
+                    out.append(("tile u4", [fc.Launch("tile", spec, ids, tiles, "")]))
         else:  # the shared-memory tiles the rule took before
             pitch = sum(widths)
             loader = "cp.async" if direction == "forward" else "regs"
@@ -195,6 +238,37 @@ def variants(op, rows, sizes, esize, chunk, rule, widths, direction, sm):
             )  # fmt: skip
             tiles = -(-(rows * pitch + 15) // (16 * 4 * 256))
             out.append(("tile (rule before)", [fc.Launch("tile", spec, ids, tiles, "")]))
+    elif first.family == "vec":  # a narrow byte-wide gather
+        k, pitch = first.chunk_ids[0], sum(widths)
+        out.append(("rect (rule before)", [fc._rect(direction, 1, rows, widths[k], [k])]))
+        for unroll, waves, block in ((4, 1, 256), (8, 1, 256), (8, 2, 256), (4, 1, 512)):
+            spec = (
+                ("direction", direction),
+                ("width", 1),
+                ("chunks", 1),
+                ("unroll", unroll),
+                ("block", block),
+            )
+            grid = sm * waves * 2048 // block
+            out.append((f"vec u{unroll} b{block} x{waves}", [fc.Launch("vec", spec, (k,), grid, "")]))
+        spec = (
+            ("direction", direction), ("chunks", 1), ("granule", 1), ("whole_rows", False),
+            ("unroll", 4), ("block", 256), ("loader", "regs"),
+        )  # fmt: skip
+        out.append(("tile u4", [fc.Launch("tile", spec, (k,), -(-(rows * pitch + 15) // 16384), "")]))
+    elif first.family == "rowpack" and op == "gather":
+        out += _rowpacks(rule, widths, direction, rows, chunk)
+        k, pitch = first.chunk_ids[0], sum(widths)
+        g = fc.access_width(0, pitch, sum(widths[:k]), widths[k], 0)
+        if 3 * widths[k] < pitch:  # the rule before: rect at the granule, else tiles
+            out.append(("rect (rule before)", [fc._rect(direction, g, rows, widths[k] // g, [k])]))
+        spec = (
+            ("direction", direction), ("chunks", 1), ("granule", g), ("whole_rows", False),
+            ("unroll", 4), ("block", 256), ("loader", "regs"),
+        )  # fmt: skip
+        tiles = -(-(rows * pitch + 15) // (16 * 4 * 256))
+        out.append(("tile u4" + (" (rule before)" if 3 * widths[k] >= pitch else ""),
+                    [fc.Launch("tile", spec, (k,), tiles, "")]))  # fmt: skip
     elif first.family == "tile":
         pitch = sum(widths)
         out += _rowpacks(rule, widths, direction, rows)
@@ -241,24 +315,30 @@ def variants(op, rows, sizes, esize, chunk, rule, widths, direction, sm):
     return [(label, launches) for label, launches in out if label == "rule" or launches != rule]
 
 
-def _rowpacks(rule, widths, direction, rows) -> list[tuple[str, list]]:
-    """rowpack, direct and staged, where the rows are short enough for it. Only for a
-    split or a concat (a launch that moves every piece): rowpack writes whole rows, so a
-    gather of one piece is not something it can do."""
+def _rowpacks(rule, widths, direction, rows, chunk=None) -> list[tuple[str, list]]:
+    """rowpack, direct and staged, where the rows are short enough for it: for a split or
+    a concat (a launch that moves every piece), or a gather of piece ``chunk`` (reading
+    whole rows, writing that piece only)."""
     from ptxgen.kernels.fastcat_rowpack import rowpack_rows
 
     ids = tuple(k for k in range(len(widths)) if widths[k])
     narrow = tuple(widths[k] for k in ids)
-    n = rowpack_rows(narrow)
-    if len(rule) != 1 or tuple(rule[0].chunk_ids) != ids or len(ids) != len(widths):
-        return []
+    if chunk is None:
+        outputs, moved = None, ids
+        if len(rule) != 1 or tuple(rule[0].chunk_ids) != ids or len(ids) != len(widths):
+            return []
+    else:
+        outputs, moved = (ids.index(chunk),), (chunk,)
+    n = rowpack_rows(narrow, outputs)
     if len(ids) > 8 or n * sum(narrow) > 128:
         return []
     out = []
     for staged in (False, True):
         spec = (("direction", direction), ("widths", narrow), ("block", 256), ("staged", staged))
+        if outputs is not None:
+            spec += (("outputs", outputs),)
         threads = -(-rows // n)  # a thread moves n rows
-        launch = fc.Launch("rowpack", spec, ids, -(-threads // 256), "")
+        launch = fc.Launch("rowpack", spec, moved, -(-threads // 256), "")
         out.append((f"rowpack {'staged' if staged else 'direct'}", [launch]))
     return out
 
@@ -328,12 +408,72 @@ def ops(gpu, median, only: list[str]) -> list[dict]:
     return records
 
 
+def sector_reads(gpu, median) -> list[dict]:
+    """Part 3: one 32-byte sector a row (16-byte accesses, rect) at each pitch and offset."""
+    torch, drv = gpu.torch, driver()
+    nbytes = 1 << 29
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    rate = 2 * nbytes / median(lambda: drv.cuMemcpyDtoDAsync(dst.data_ptr(), src.data_ptr(), nbytes, 0)) / 1e6
+    src = dst = None
+    fe.log(f"  cuMemcpyDtoDAsync of {nbytes >> 20} MiB: {rate:.0f} GB/s read + written")
+    out = [{"copy_GBps": rate}]
+    for pitch, off in (
+        (32, 0),
+        (64, 0),
+        (64, 32),
+        (96, 32),
+        (128, 0),
+        (128, 32),
+        (128, 64),
+        (256, 0),
+        (256, 96),
+    ):
+        sizes = tuple(x for x in (off, 32, pitch - 32 - off) if x)
+        chunk = 1 if off else 0
+        rows = (1 << 30) // pitch
+        row, chunks = fe.case_arrays(torch, rows, list(sizes), 0, [0] * len(sizes))
+        offs = [sum(sizes[:k]) for k in range(len(sizes))]
+        launches = fc.choose("gather", rows, list(sizes), 1, chunk=chunk)
+        row.fill_random()
+        for c in chunks:
+            c.poison()
+        t = median(
+            lambda: gpu.run(
+                launches, "sm_90", row.ptr, [c.ptr for c in chunks], rows, pitch, offs, list(sizes)
+            )
+        )
+        err = fe.check_result(torch, "backward", rows, list(sizes), [chunk], row, chunks)
+        moved = t * 1e-3 * rate * 1e9  # bytes the copy would move in that time
+        rec = {
+            "pitch": pitch,
+            "offset": off,
+            "rows": rows,
+            "us": round(t * 1e3, 1),
+            "kernel": launches[0].kernel("sm_90").id,
+            "GBps_honest": round(2 * 32 * rows / t / 1e6),
+            "implied_read_bytes_a_row": round((moved - 32 * rows) / rows, 1),
+            "correct": err is None,
+        }
+        out.append(rec)
+        fe.log(
+            f"  pitch {pitch:3} offset {off:3}: {rec['us']:8.1f} us, {rec['GBps_honest']:5} GB/s honest, "
+            f"~{rec['implied_read_bytes_a_row']:5.1f} bytes read a row"
+            + ("" if err is None else f" WRONG: {err}")
+        )
+        row = chunks = None
+        torch.cuda.empty_cache()
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=15)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--json", type=Path, default=Path(os.environ.get("OUT", ".")) / "grid_study.json")
     p.add_argument("--skip-flat", action="store_true", help="skip part 1 (the flat copies)")
+    p.add_argument("--skip-ops", action="store_true", help="skip part 2 (the ops)")
+    p.add_argument("--sectors", action="store_true", help="run part 3 (sector reads)")
     p.add_argument(
         "--only", action="append", default=[], metavar="CASE",
         help="run only the ops whose case starts with this ('split 4194304x(1+3)'); repeatable",
@@ -356,11 +496,17 @@ def main(argv=None) -> int:
     if not args.skip_flat:
         fe.log("flat copies, 1 GiB (GB/s read + written):")
         doc["flat_copies"] = flat_copies(gpu, median)
-    fe.log("ops (% of the copy ceiling; honest traffic):")
-    doc["ops"] = ops(gpu, median, args.only)
+    doc["ops"] = []
+    if not args.skip_ops:
+        fe.log("ops (% of the copy ceiling; honest traffic):")
+        doc["ops"] = ops(gpu, median, args.only)
+    if args.sectors:
+        fe.log("sector reads (one 32-byte sector a row):")
+        doc["sector_reads"] = sector_reads(gpu, median)
     args.json.write_text(json.dumps(doc, indent=1) + "\n")
     wrong = [r for r in doc["flat_copies"] if not r["correct"]]
     wrong += [r for r in doc["ops"] if any(isinstance(v, str) for v in r["pct"].values())]
+    wrong += [r for r in doc.get("sector_reads", [])[1:] if not r["correct"]]
     return 1 if wrong else 0
 
 

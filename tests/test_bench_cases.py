@@ -62,20 +62,22 @@ def test_format_shape_round_trips():
     assert format_shape(9, (1, 1, 2, 1, 1, 1), None) == "9x(1*2+2+1*3)"
 
 
-def brute_force_sectors(rows, pitch, start, width, base):
-    sectors = {(base + r * pitch + start + b) // 32 for r in range(rows) for b in range(width)}
-    return 32 * len(sectors)
+def brute_force_sectors(rows, pitch, start, width, base, sector=32):
+    sectors = {(base + r * pitch + start + b) // sector for r in range(rows) for b in range(width)}
+    return sector * len(sectors)
 
 
-def test_sector_bytes_against_brute_force():
+@pytest.mark.parametrize("sector", [32, 64])
+def test_sector_bytes_against_brute_force(sector):
     rng = random.Random()
     for _ in range(3000):
         pitch = rng.randint(1, 300)
         width = rng.randint(0, pitch)
         start = rng.randint(0, pitch - width)
-        rows, base = rng.randint(0, 120), rng.randint(0, 64)
-        want = brute_force_sectors(rows, pitch, start, width, base)
-        assert sector_bytes(rows, pitch, start, width, base) == want, (rows, pitch, start, width, base)
+        rows, base = rng.randint(0, 120), rng.randint(0, 128)
+        want = brute_force_sectors(rows, pitch, start, width, base, sector)
+        got = sector_bytes(rows, pitch, start, width, base, sector=sector)
+        assert got == want, (rows, pitch, start, width, base, sector)
 
 
 @pytest.mark.parametrize(
@@ -102,8 +104,12 @@ def test_case_traffic_counts_what_is_written_and_the_sectors_read():
     gather = Case("gather", 524288, (32, 48), "u8", pick=1)
     assert gather.traffic() == 524288 * 48 + 524288 * 64
     assert gather.name == "gather 524288x80->48@32 u8"
+    # 64-byte DRAM units: rows of 80 bytes at offset 32 leave no 64-byte unit unread
+    assert gather.dram_traffic() == 524288 * 48 + 524288 * 80
+    bf16 = Case("gather", 524288, (32, 48), "bf16", pick=1)  # bytes 64..159 of 160: 4 units of 5
+    assert (bf16.traffic(), bf16.dram_traffic()) == (524288 * (96 + 96), 524288 * (96 + 128))
     split = Case("split", 4194304, (1, 3), "f32")
-    assert split.traffic() == 2 * 4194304 * 16
+    assert split.traffic() == split.dram_traffic() == 2 * 4194304 * 16
     concat = Case("concat", 3, (1, 2), "u8")  # pieces of 3 and 6 bytes: a sector each
     assert concat.traffic() == 9 + 64
     with pytest.raises(ValueError, match="a gather names its piece"):
@@ -157,6 +163,19 @@ def test_the_report_table_marks_failures_and_wrong_results():
     assert lines[0].startswith("| op | shape | dtype | ceiling | ours: seed | torch: narrow+copy_ |")
     f32 = next(line for line in lines if "| f32 |" in line)
     assert "| 4,000 | 1,600 | 2,600 | fails | 2,000 WRONG | 0.62× |" in f32  # a wrong peer is no bar
+
+
+def test_the_gather_table_counts_dram_units():
+    import bench
+
+    rows = [
+        {"op": "gather", "pretty_shape": "8 × 160 → 96 @ 64", "dtype": "bf16", "method": m, "method_group": g,
+         "GBps": gbps, "correct": True, "traffic_bytes": 192, "dram_traffic_bytes": 224,
+         "case_ceiling_GBps": 4000.0}
+        for m, g, gbps in (("copy", "ceiling", 4000.0), ("ours: vector", "ours", 3000.0), ("ours: seed", "ours", 300.0))
+    ]  # fmt: skip
+    lines = bench.gather_table(rows).splitlines()
+    assert lines[2] == "| 8 × 160 → 96 @ 64 | bf16 | 3,000 | 75.0 | 1.167 | 87.5 |"
 
 
 def test_the_readme_keeps_what_people_wrote(tmp_path):

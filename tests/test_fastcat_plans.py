@@ -87,10 +87,62 @@ def test_one_piece_goes_to_the_vector_variant():
     steps = plan.FASTCAT_CHUNK.build(chunk, DeviceTraits(arch="sm_90"))
     assert [s.kernel.name for s in steps] == ["fastcat_rect_backward"]
     assert steps[0].args[0] == Ptr(WIDE, 64 * 4)  # the row side starts at the piece's columns
-    # 32 vectors a row, 2 a thread of 128: tiles of 8 rows x 32 vectors, one per CTA
-    assert steps[0].kernel.id == "fastcat_rect_backward__w16__c32__k1__u2__b128__sm_90"
+    # 32 vectors a row, 1 a thread of 256: tiles of 8 rows x 32 vectors, one per CTA
+    assert steps[0].kernel.id == "fastcat_rect_backward__w16__c32__k1__u1__b256__sm_90"
     assert steps[0].grid == (1000 // 8, 1, 1)
     wide = Problem("forward", f32, 7, (10, 70_000)).chunk(1)  # 35,000 vectors of 8 bytes: 69 column tiles
     steps = plan.FASTCAT_CHUNK.build(wide, DeviceTraits(arch="sm_90", max_grid_y=5))
     assert steps[0].kernel.id == "fastcat_rect_forward__w8__c512__k1__u4__b128__sm_90"
     assert steps[0].grid == (7, 5, 1)  # capped by the device: the kernel strides over y
+
+
+# A gather from short rows reads whole rows with rowpack and writes its piece only
+# (every 32-byte sector of the wide array holds bytes of the piece); otherwise rect/tiles.
+GATHERS = [
+    ("u8", 37, (1, 3), 1, 0, "fastcat_rowpack_backward__1_3__out1__b256__st__sm_90"),
+    ("u8", 37, (1, 3), 0, 0, "fastcat_rowpack_backward__1_3__out0__b256__st__sm_90"),
+    ("bf16", 21, (1, 3), 1, 0, "fastcat_rowpack_backward__2_6__out1__b256__st__sm_90"),
+    ("f32", 9, (1, 3), 1, 0, "fastcat_rowpack_backward__4_12__out1__b256__st__sm_90"),
+    ("u8", 40, (2, 5, 1), 1, 0, "fastcat_rowpack_backward__2_5_1__out1__b256__st__sm_90"),
+    ("u8", 37, (1, 3), 1, 3, "fastcat_tile_backward"),  # the wide array off 16 bytes
+    ("f64", 5, (1, 3), 1, 0, "fastcat_rect_backward"),  # 8-byte accesses
+    ("u8", 6, (1, 40, 1), 1, 0, "fastcat_tile_backward"),  # a group of 42-byte rows is too wide
+    ("u8", 6, (40, 3), 1, 0, "fastcat_vec_backward"),  # 40 bytes between rows: no rowpack
+    ("f32", 6, (40, 3), 1, 0, "fastcat_rect_backward"),  # ... and at a 4-byte granule rect
+    ("u8", 700, (5, 27), 0, 0, "fastcat_vec_backward"),  # a narrow piece at a 1-byte granule
+    ("u8", 9, (17, 200, 39), 2, 3, "fastcat_vec_backward"),
+    ("bf16", 9, (1, 5, 26), 1, 0, "fastcat_rect_backward"),  # 2-byte granule: rect
+]
+
+
+def test_a_rowpack_gather_merges_the_neighbours_it_does_not_write():
+    from ptxgen.kernels.fastcat import choose
+
+    # twelve 1-byte pieces before a 4-byte one: rowpack takes at most 8 chunks, so the
+    # pieces not written are one chunk of 12 bytes
+    (launch,) = choose("gather", 1000, [1] * 12 + [4], 1, chunk=12)
+    assert launch.family == "rowpack" and launch.chunk_ids == (12,)
+    assert dict(launch.spec)["widths"] == (12, 4) and dict(launch.spec)["outputs"] == (1,)
+    assert launch.kernel("sm_90").arg_names == ("row_ptr", "rows", "chunk1_ptr")
+    (launch,) = choose("gather", 1000, [2, 0, 1, 1, 4, 0], 2, chunk=2)  # empty pieces drop
+    assert dict(launch.spec)["widths"] == (4, 2, 10) and dict(launch.spec)["outputs"] == (1,)
+
+
+@pytest.mark.parametrize("case", GATHERS, ids=lambda c: f"{c[0]}-{c[1]}x{c[2]}[{c[3]}]-mis{c[4]}")
+def test_gather_plans_move_their_piece_and_nothing_else(case):
+    dtype, rows, extents, index, wide_mis, kernel = case
+    d = ptxgen.resolve_dtype(dtype)
+    chunk = Problem("backward", d, rows, extents, wide_align=wide_mis).chunk(index)
+    steps = plan.FASTCAT_CHUNK.build(chunk, DeviceTraits(arch="sm_90"))
+    assert len(steps) == 1 and steps[0].kernel.id.startswith(kernel)
+    mem = Memory()
+    pitch = sum(extents) * d.itemsize
+    wide = mem.alloc(rows * pitch, misalign=wide_mis)
+    piece = mem.alloc(rows * extents[index] * d.itemsize)
+    wide_bytes = np.random.default_rng(3).integers(0, 256, rows * pitch, dtype=np.uint8)
+    mem.write(wide, wide_bytes.tobytes())
+    _run(chunk, steps, {WIDE: wide, index: piece}, mem)
+    lo = sum(extents[:index]) * d.itemsize
+    want = wide_bytes.reshape(rows, pitch)[:, lo : lo + extents[index] * d.itemsize]
+    got = np.frombuffer(mem.read(piece, want.size), np.uint8).reshape(want.shape)
+    assert np.array_equal(got, want)

@@ -209,6 +209,18 @@ def test_constructed_once_per_arguments():
             "16 rows of 9 bytes = 144 bytes a thread; at most 128",
         ),
         (lambda: FastcatRowpack(direction="sideways", widths=(1, 3)), "direction 'sideways'"),
+        (
+            lambda: FastcatRowpack(direction="backward", widths=(1, 3), outputs=(2,)),
+            "outputs = (2,) is not accepted; accepted: None or distinct ascending chunk indices in 0..1",
+        ),
+        (lambda: FastcatRowpack(direction="backward", widths=(1, 3), outputs=(1, 0)), "outputs = (1, 0)"),
+        (lambda: FastcatRowpack(direction="backward", widths=(1, 3), outputs=()), "outputs = ()"),
+        (lambda: FastcatRowpack(direction="backward", widths=(1, 3), outputs=1), "outputs = 1"),
+        (lambda: FastcatRowpack(direction="backward", widths=(1, 3), outputs=(True,)), "outputs = (True,)"),
+        (
+            lambda: FastcatRowpack(direction="forward", widths=(1, 3), outputs=(1,)),
+            "a forward rowpack writes whole rows of y, so it takes every chunk",
+        ),
     ],
 )
 def test_refuses_what_it_cannot_build(make, message):
@@ -377,3 +389,45 @@ def test_rowpack_moves_the_right_bytes_inside_its_footprints(widths, rows, direc
     fps = k.footprints((grid, 1, 1), k.block, {"rows": rows})
     assert {f.align for f in fps} == {16 if rows >= rowpack_rows(widths) else 1}
     check_footprints(mem, fps, {"row_ptr": row, **{f"chunk{i}_ptr": c for i, c in enumerate(chunks)}})
+
+
+@pytest.mark.parametrize(
+    "widths, outputs",
+    [((1, 3), (1,)), ((1, 3), (0,)), ((3, 5), (1,)), ((2, 6), (0,)), ((1, 1, 2), (2,)), ((1, 1, 2), (0, 2))],
+)
+@pytest.mark.parametrize("rows", [1, 17, 40, 2500])
+@pytest.mark.parametrize("staged", [False, True], ids=["direct", "staged"])
+def test_rowpack_gather_writes_its_chunks_only(widths, outputs, rows, staged):
+    """``outputs``: whole rows read, only the chosen chunks written. The other chunks get
+    no pointer at all, so a byte written anywhere else would fall outside every allocation."""
+    rng = random.Random(rows + 7 * sum(widths))
+    k = FastcatRowpack(direction="backward", widths=widths, block=64, staged=staged, outputs=outputs)
+    assert k.arg_names == ("row_ptr", "rows", *(f"chunk{i}_ptr" for i in outputs))
+    assert "__out" + "_".join(map(str, outputs)) in k.id
+    pitch, offs = sum(widths), [sum(widths[:i]) for i in range(len(widths))]
+    mem = RecordingMemory()
+    row = mem.alloc(rows * pitch)
+    chunks = {i: mem.alloc(rows * widths[i]) for i in outputs}
+    mem.view(row)[:] = _fill(rng, rows * pitch)
+    for i, c in chunks.items():
+        mem.view(c)[:] = b"\xa5" * (rows * widths[i])
+    mem.clear()
+    pointers = {f"chunk{i}_ptr": c for i, c in chunks.items()}
+    run_kernel(k, 2, {"row_ptr": row, "rows": rows, **pointers}, mem)
+    r = bytes(mem.view(row))
+    for i, c in chunks.items():
+        want = b"".join(r[j * pitch + offs[i] : j * pitch + offs[i] + widths[i]] for j in range(rows))
+        assert bytes(mem.view(c)) == want, i
+    fps = k.footprints((2, 1, 1), k.block, {"rows": rows})
+    assert [(f.arg, f.writes) for f in fps] == [("row_ptr", False), *((p, True) for p in pointers)]
+    assert {f.align for f in fps} == {16 if rows >= rowpack_rows(widths, outputs) else 1}
+    check_footprints(mem, fps, {"row_ptr": row, **pointers})
+
+
+def test_rowpack_outputs_of_every_chunk_is_the_split():
+    every = FastcatRowpack(direction="backward", widths=(1, 3), outputs=(0, 1))
+    assert every is FastcatRowpack(direction="backward", widths=(1, 3))
+    assert every.outputs == (0, 1) and "__out" not in every.id
+    # a group only has to make whole vectors of the chunks it writes
+    assert rowpack_rows((4, 12)) == 4 and rowpack_rows((4, 12), (1,)) == 4
+    assert rowpack_rows((8, 4, 4)) == 4 and rowpack_rows((8, 4, 4), (0,)) == 2

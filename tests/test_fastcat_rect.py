@@ -244,7 +244,8 @@ def _planned_shapes() -> set[tuple[int, int, int, int, int]]:
             for vectors in (3, 40, 5000):
                 per = max(1, vectors // count) | 1  # odd: the accesses stay `width` wide
                 if count == 1:  # a gather of a narrow chunk, `width` bytes into each row
-                    launches = choose("gather", 7, [width, per * width, 3 * per * width], 1, chunk=1)
+                    op = "gather" if width > 1 else "scatter"  # (byte-wide gathers go to vec)
+                    launches = choose(op, 7, [width, per * width, 3 * per * width], 1, chunk=1)
                 elif width >= 8 and per * width * count < RECT_MAX_WINDOW:  # whole accesses, short rows
                     launches = choose("split", 7, [per * width] * count, 1)
                 else:

@@ -68,6 +68,10 @@ FASTCAT_CASES = [
         {"direction": "forward", "widths": (1, 3), "staged": True, "target": "sm_90"},
     ),
     (
+        ptxgen.kernels.FastcatRowpack,
+        {"direction": "backward", "widths": (1, 3), "staged": True, "outputs": (1,), "target": "sm_90"},
+    ),
+    (
         ptxgen.kernels.FastcatTile,
         dict(direction="backward", chunks=2, granule=16, loader="regs", target="sm_90"),
     ),

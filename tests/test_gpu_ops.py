@@ -358,3 +358,41 @@ def test_cupy_arrays_in_and_out(dev):
     assert all(r is o for r, o in zip(result, out))
     cupy.cuda.Device().synchronize()
     assert all(cupy.array_equal(a, b) for a, b in zip(out, x))
+
+
+# Gathers the per-piece variant sends to rowpack (short rows, whole rows read), vec
+# (narrow pieces at a 1-byte granule), rect and tiles: (dtype, rows, sizes, a piece, the
+# kernel that gathers it).
+PIECE_GATHERS = [
+    ("u8", 4099, (1, 3), 1, "fastcat_rowpack_backward"),
+    ("bf16", 4099, (1, 3), 0, "fastcat_rowpack_backward"),
+    ("f32", 1027, (1, 3), 1, "fastcat_rowpack_backward"),
+    ("u8", 4099, (3, 5), 1, "fastcat_rowpack_backward"),
+    ("bf16", 2053, (1, 1, 2), 2, "fastcat_rowpack_backward"),
+    ("u8", 3001, (7, 9, 48), 1, "fastcat_vec_backward"),
+    ("u8", 3001, (5, 27), 0, "fastcat_vec_backward"),
+    ("u8", 3001, (5, 27), 1, "fastcat_tile_backward"),
+    ("f64", 1031, (1, 3), 1, "fastcat_rect_backward"),
+    ("u8", 1031, (17, 200, 39), 1, "fastcat_tile_backward"),
+]
+
+
+@pytest.mark.parametrize(
+    "dtype, rows, sizes, piece, kernel", PIECE_GATHERS, ids=lambda v: str(v).replace(" ", "")
+)
+def test_per_piece_gathers_of_every_family(
+    dev, rng, monkeypatch, fresh_plans, dtype, rows, sizes, piece, kernel
+):
+    """The per-piece variant alone (no fused split): each piece gathered by its own launch
+    into a poisoned output fenced by guards."""
+    monkeypatch.setattr(plan, "VARIANTS", [plan.FASTCAT_CHUNK, plan.SEED])
+    steps = ops.plan_for("backward", dtype, rows, sizes, dev).steps
+    assert len(steps) == len(sizes) and steps[piece].kernel.name == kernel, [s.kernel.id for s in steps]
+    bits = random_bits(rng, (rows, sum(sizes)), dtype)
+    outs = [Guarded(dev, (rows, s), dtype) for s in sizes]
+    for out in outs:
+        out.poison(0xA5)
+    runtime.channel_cat_backward(dev.to_device(bits, dtype=dtype), list(sizes), out=[o.view for o in outs])
+    for i, (out, want) in enumerate(zip(outs, split_bits(bits, sizes, 1))):
+        problem = first_mismatch(out.read(0xA5), want)
+        assert not problem, f"piece {i}: {problem}"

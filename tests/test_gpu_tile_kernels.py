@@ -145,3 +145,28 @@ def test_rowpack_kernel(dev, widths, direction, staged):
         got = _payload(row, rows * pitch, 0).reshape(rows, pitch)
         bad = np.argwhere(got != np.concatenate(chunk_hosts, axis=1))
         assert not len(bad), f"y: {len(bad)} wrong bytes, first at {tuple(bad[0])}"
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["direct", "staged"])
+@pytest.mark.parametrize("pick", ["first", "last"])
+@pytest.mark.parametrize("widths", ROWPACK_WIDTHS, ids=lambda w: "+".join(map(str, w)))
+def test_rowpack_gather_kernel(dev, widths, pick, staged):
+    """``outputs``: one chunk written from whole rows; the row side is read only (its
+    guards and bytes unchanged) and no other chunk has a pointer to write through."""
+    from ptxgen.kernels import FastcatRowpack, rowpack_rows
+
+    k = 0 if pick == "first" else len(widths) - 1
+    rng = np.random.default_rng()
+    kernel = FastcatRowpack(direction="backward", widths=widths, staged=staged, outputs=(k,), target=TARGET)
+    fn = dev.load(kernel).function
+    pitch, n = sum(widths), rowpack_rows(widths, (k,))
+    rows = 5 * 256 * n + 3 * n + 7
+    row_host = rng.integers(0, 256, (rows, pitch), dtype=np.uint8)
+    row, row_ptr = _guarded(dev, rows * pitch, row_host, 0)
+    chunk, chunk_ptr = _guarded(dev, rows * widths[k], None, 0)
+    fn.launch((2, 1, 1), kernel.block, (row_ptr, rows, chunk_ptr))
+    got = _payload(chunk, rows * widths[k], 0).reshape(rows, widths[k])
+    off = sum(widths[:k])
+    bad = np.argwhere(got != row_host[:, off : off + widths[k]])
+    assert not len(bad), f"chunk {k}: {len(bad)} wrong bytes, first at {tuple(bad[0])}"
+    assert np.array_equal(_payload(row, rows * pitch, 0).reshape(rows, pitch), row_host)

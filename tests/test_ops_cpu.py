@@ -551,6 +551,24 @@ def test_the_quick_path_launches_what_the_general_path_would(
     assert emulated.launches[before:] == quick
 
 
+def test_the_quick_path_forgets_closed_devices(emulated, monkeypatch):
+    """A closed device's quick-path entries (and the modules they hold) go at the next
+    new entry, not when the table next fills."""
+    emulated.closed = False
+    monkeypatch.setattr(ops, "device_of", lambda ordinal: emulated)
+    dy = _device_array(emulated, (4, 10), "f32")
+    runtime.channel_cat_backward(dy, [3, 7], 1, out=[_device_array(emulated, (4, s), "f32") for s in (3, 7)])
+    assert any(c.device is emulated for c in ops._quick_calls.values())
+    emulated.closed = True
+    other = EmulatedDevice()
+    other.closed = False
+    monkeypatch.setattr(ops, "device_of", lambda ordinal: other)
+    monkeypatch.setattr(ops, "_device_for", lambda op, named: other)
+    dy2 = _device_array(other, (4, 10), "f32")
+    runtime.channel_cat_backward(dy2, [5, 5], 1, out=[_device_array(other, (4, 5), "f32") for _ in range(2)])
+    assert ops._quick_calls and all(c.device is other for c in ops._quick_calls.values())
+
+
 def test_the_quick_path_leaves_what_it_refuses_to_the_general_path(emulated, monkeypatch):
     """Overlap, a wrong shape, another dtype, a bool size: the quick path launches nothing
     and the general path raises the error that names the problem."""

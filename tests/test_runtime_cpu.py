@@ -353,6 +353,28 @@ def test_a_stream_object_with_both_attributes_is_read_by_cuda_stream():
     assert stream_handle(TorchLikeStream()) == 0x5150 and stream_handle(0x5150) == 0x5150
 
 
+def test_a_failing_cuda_stream_property_falls_back_to_the_protocol():
+    from runtime.stream import stream_handle
+
+    class Odd:
+        @property
+        def cuda_stream(self):
+            raise RuntimeError("not this one")
+
+        def __cuda_stream__(self):
+            return (0, 0x6160)
+
+    assert stream_handle(Odd()) == 0x6160
+
+    class Broken:
+        @property
+        def cuda_stream(self):
+            raise RuntimeError("the stream was destroyed")
+
+    with pytest.raises(TypeError, match="its cuda_stream raised RuntimeError: the stream was destroyed"):
+        stream_handle(Broken())
+
+
 def test_entry_parameter_count_is_read_from_the_ptx():
     from conftest import hand_written_kernel
 

@@ -39,6 +39,8 @@ RECT_GRANULE = 8
 # rows ran faster as flat tiles (H200, docs/perf/kernels.md: tiles at 96-99% of the copy
 # ceiling, rect at 87-96%, on 16,384 x (8,192+16,384) and 128 x (401,408+401,408)).
 RECT_MAX_WINDOW = 8192
+# Tile launches of fewer 16 KB tiles than this (one per SM of an H200) take 2 KB tiles.
+SMALL_OP_TILES = 132
 DIRECTION = {"gather": "backward", "split": "backward", "scatter": "forward", "concat": "forward"}
 
 
@@ -130,6 +132,11 @@ def choose(
     """The launches that perform ``op`` on ``rows`` rows split into ``sizes`` channels of
     ``dtype_size`` bytes (``chunk``: the chunk of a gather or scatter); addresses modulo 16.
 
+    * gather at a 1-, 2- or 4-byte granule from short rows (a group of rows within 128
+      bytes, 16-byte aligned pointers) where every 32-byte sector of the row side holds
+      bytes of the chunk -> ``rowpack`` over whole rows, writing that chunk only.
+    * gather of a chunk narrower than a third of the row at a 1-byte granule -> ``vec``
+      (byte accesses, four in flight a thread, a persistent grid).
     * gather with 8- or 16-byte accesses, or a chunk narrower than a third of the row,
       and every scatter -> ``rect``: 2-D tiles at the widest access the alignments allow;
       else (a wide chunk at a 1-, 2- or 4-byte granule) ``tile`` over its columns.
@@ -141,7 +148,8 @@ def choose(
       chunks' window, in groups of at most :data:`MAX_CHUNKS` adjacent chunks (the same
       groups below).
     * split/concat otherwise -> ``tile`` over whole rows with the smallest granule;
-      backward through registers, forward through cp.async staging (registers on sm_75).
+      backward through registers, forward through cp.async staging (registers on sm_75);
+      16 KB tiles, or 2 KB ones where there would be fewer than :data:`SMALL_OP_TILES`.
 
     Every launch has one CTA per piece of work (a tile, a thread's rows): on an H200 a
     grid of small CTAs, which the hardware hands out as SMs free up, runs at the speed
@@ -173,6 +181,11 @@ def choose(
 
     if per_chunk:
         k = ids[0]
+        short = _rowpack_gather(op, pitch, widths, k, w[k], row_mod16 == 0 and mods[k] == 0, rows, block)
+        if short is not None:
+            return [short]
+        if op == "gather" and w[k] == 1 and 3 * widths[k] < pitch:
+            return [_vec_gather(rows, widths[k], k)]
         # A wide chunk at a narrow granule moves faster as 16-byte vectors re-indexed
         # through shared memory (tile, below) than one narrow access at a time.
         if op == "scatter" or w[k] >= 8 or 3 * widths[k] < pitch:
@@ -207,11 +220,19 @@ def choose(
         # flight at once); sm_75 has no cp.async: registers. Four 16-byte vectors a
         # thread: with one tile per CTA, more CTAs beat more loads per thread.
         loader = "cp.async" if direction == "forward" and cap >= (8, 0) else "regs"
-        unroll = 4
-        n_tiles = -(-(rows * pitch + 15) // (16 * unroll * block))
+        unroll, tile_block = 4, block
+        n_tiles = -(-(rows * pitch + 15) // (16 * unroll * tile_block))
+        if n_tiles < SMALL_OP_TILES:
+            # Too few 16 KB tiles to fill the SMs: the op costs one CTA's latency (loads,
+            # barriers, the re-indexing), so cut it into 2 KB tiles, eight times as many
+            # CTAs each doing an eighth. Measured on H200 (docs/perf/kernels.md):
+            # 2,048 x (3+5+24) concat 7.5/6.5/6.4 -> 6.1/5.8/5.8 us (u8/bf16/f32),
+            # split 6.8/6.1/5.9 -> 5.7/5.5/5.5 us.
+            unroll, tile_block = 1, 128
+            n_tiles = -(-(rows * pitch + 15) // (16 * unroll * tile_block))
         spec = (
             ("direction", direction), ("chunks", len(group)), ("granule", granule), ("whole_rows", whole),
-            ("unroll", unroll), ("block", block), ("loader", loader),
+            ("unroll", unroll), ("block", tile_block), ("loader", loader),
         )  # fmt: skip
         launches.append(
             Launch(
@@ -225,6 +246,60 @@ def choose(
     return launches
 
 
+def _rowpack_gather(
+    op: str, pitch: int, widths: list[int], k: int, granule: int, aligned: bool, rows: int, block: int
+) -> Launch | None:
+    """A gather of chunk ``k`` from short rows as ``rowpack`` over whole rows, writing chunk
+    ``k`` only, or None where that does not apply: a granule under 8 bytes (8 and 16 go to
+    rect at full speed), 16-byte aligned pointers, rows whose group fits rowpack, and
+    fewer than 32 bytes of other chunks between two of its rows, so that every 32-byte
+    sector of the row side holds some of its bytes and reading whole rows costs nothing
+    the gather would not pay anyway.
+
+    Measured on H200 (docs/perf/kernels.md, 256 MB ops, % of the copy ceiling): piece 1
+    of (1+3) in u8 / bf16 / f32 100.1 / 101.1 / 100.7 against the tiles' 61.2 / 85.2 /
+    97.1; piece 0 (rect before) 103.4 / 103.4 / 103.9 against 79.0 / 104.2 / 103.6;
+    (3+5) u8 piece 1 83.9 against 55.5; (1+1+2) bf16 piece 2 103.0 against 94.3.
+    Staged through shared memory: direct, each thread's own rows, ran at 74-78%."""
+    from .fastcat_rowpack import rowpack_rows
+
+    if op != "gather" or granule >= 8 or not aligned or pitch - widths[k] >= 32:
+        return None
+    # rowpack's chunks: the bytes before the piece, the piece, the bytes after it (the
+    # neighbours it does not write merge; empty ones drop), so any number of chunks fits
+    before, after = sum(widths[:k]), sum(widths[k + 1 :])
+    layout = [x for x in (before, widths[k], after) if x > 0]
+    index = 1 if before else 0
+    n = rowpack_rows(tuple(layout), (index,))
+    if n * pitch > 128:
+        return None
+    spec = (
+        ("direction", "backward"), ("widths", tuple(layout)), ("block", block), ("staged", True),
+        ("outputs", (index,)),
+    )  # fmt: skip
+    threads = -(-rows // n)  # a thread moves n rows
+    why = "short rows: whole rows read, this chunk's bytes shuffled out, staged through shared memory"
+    return Launch("rowpack", spec, (k,), -(-threads // block), why)
+
+
+# CTAs of a byte-wide gather (vec): two waves of 256-thread CTAs on an H200 (132 SMs,
+# 8 such CTAs each); elsewhere the same grid is simply more or fewer waves.
+VEC_GATHER_GRID = 2 * 8 * 132
+
+
+def _vec_gather(rows: int, width: int, k: int) -> Launch:
+    """A narrow gather at a 1-byte granule as ``vec``: 1-byte accesses, 4 in flight a
+    thread, on a persistent grid. Measured on H200 (docs/perf/kernels.md, % of the copy
+    ceiling): 4,194,304 x (5+27) u8 piece 0 89.7 against rect's 70.9; (7+9+48) piece 1
+    54.3 against 41.4; (33+11+20) piece 1 53.2 against 43.2; 1,000,003 x (17+200+39)
+    piece 2, misaligned, 50.8 against 36.3; (3+61) piece 0 53.1 against 56.3. rect's
+    tiles of 1-byte accesses are small (1 KB a CTA) and CTAs cost more than they move;
+    the lone-sector gathers sit near what DRAM's 64-byte granules allow (about 55%)."""
+    spec = (("direction", "backward"), ("width", 1), ("chunks", 1), ("unroll", 4), ("block", 256))
+    grid = min(-(-rows * width // (4 * 256)), VEC_GATHER_GRID)
+    return Launch("vec", spec, (k,), grid, "1-byte accesses, 4 in flight a thread, persistent grid")
+
+
 def _rect(direction: str, width: int, rows: int, vectors: int, group: list[int]) -> Launch:
     """Adjacent chunks as 2-D tiles of ``width``-byte accesses over their window, one tile
     per CTA."""
@@ -235,8 +310,20 @@ def _rect(direction: str, width: int, rows: int, vectors: int, group: list[int])
     # the window is short (96.8-100% of the copy ceiling), but 8 a thread in 256-thread
     # CTAs (32 KB) for windows of 512 vectors or more (the 4,096-vector gather: 99.2%,
     # against 93.7% at 4 KB); narrower accesses 32 bytes a thread in 128-thread CTAs.
+    # One chunk (a gather or scatter) whose short window is a power of two of vectors
+    # (every column of the tile busy): one 16-byte access a thread in 256-thread CTAs
+    # (the same study: 1,048,576 x (64+128+64) piece 1, 8 vectors in u8, 99.9 against
+    # 96.4, 32 in f32 98.5 against 96.7; (64+64+64) bf16 piece 1 97.2 against 94.1; the
+    # benchmark's 1,048,576 x 256 -> 128 @ 64 u8 90.4 against 89.6). With idle columns it
+    # lost: 12 vectors 92.3 against 99.9, and in the benchmark 524,288 x 80 -> 48 @ 32
+    # (6, 12, 24 vectors) 1.8-6.6 points. Splits and concats lose 10 points that way.
     if width == 16:
-        block, unroll = (256, 8) if vectors >= 512 else (128, 2)
+        if vectors >= 512:
+            block, unroll = 256, 8
+        elif len(group) == 1 and vectors & (vectors - 1) == 0:
+            block, unroll = 256, 1
+        else:
+            block, unroll = 128, 2
     else:
         block, unroll = 128, min(8, 32 // width)
     cols = rect_cols(vectors, block, unroll)

@@ -46,13 +46,41 @@ def _padded(vectors: int) -> int:
     return vectors + vectors // 8
 
 
-def rowpack_rows(widths: tuple[int, ...]) -> int:
-    """n: the fewest rows whose bytes on both sides are whole 16-byte vectors."""
+def rowpack_rows(widths: tuple[int, ...], outputs: tuple[int, ...] | None = None) -> int:
+    """n: the fewest rows whose bytes on both sides are whole 16-byte vectors (the row
+    side and the chunks in ``outputs``, every chunk if None)."""
+    moved = widths if outputs is None else [widths[k] for k in outputs]
     n = 1
-    for x in (sum(widths), *widths):
+    for x in (sum(widths), *moved):
         need = 16 // math.gcd(16, x)
         n = n * need // math.gcd(n, need)
     return n
+
+
+def _check_outputs(outputs: object, widths: tuple[int, ...], direction: str) -> tuple[int, ...] | None:
+    """None (every chunk) or the chunks a backward kernel writes: distinct, ascending
+    indices of ``widths``."""
+    if outputs is None:
+        return None
+    accepted = f"None or distinct ascending chunk indices in 0..{len(widths) - 1}"
+    try:
+        picked = tuple(outputs)  # type: ignore[call-overload]
+    except TypeError:
+        raise ValueError(f"outputs = {outputs!r} is not accepted; accepted: {accepted}") from None
+    if (
+        not picked
+        or any(isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(widths) for k in picked)
+        or list(picked) != sorted(set(picked))
+    ):
+        raise ValueError(f"outputs = {outputs!r} is not accepted; accepted: {accepted}")
+    if picked == tuple(range(len(widths))):
+        return None  # every chunk: the same kernel as outputs=None
+    if direction != "backward":
+        raise ValueError(
+            f"outputs = {picked!r}: a forward rowpack writes whole rows of y, so it takes every "
+            "chunk; accepted: None"
+        )
+    return picked
 
 
 class _WordBuilder:
@@ -100,7 +128,7 @@ class _Regs:
         self.block_dim, self.grid_dim = fn.reg("block_dim", "u32"), fn.reg("grid_dim", "u32")
         self.tmp64, self.pr = fn.reg("tmp64", "u64"), fn.reg("pr", "pred")
         self.raddr, self.caddr = fn.reg("raddr", "u64"), fn.reg("caddr", "u64")
-        self.cptr: list[Reg] = []
+        self.cptr: dict[int, Reg] = {}  # chunk index -> its pointer (the chunks moved)
 
 
 class FastcatRowpack(KernelBase):
@@ -110,9 +138,15 @@ class FastcatRowpack(KernelBase):
 
     Needs every pointer 16-byte aligned (when ``rows >= n``) and ``n * pitch <= 128``
     bytes (``n`` from :func:`rowpack_rows`); the last ``rows % n`` rows are copied byte
-    by byte. Arguments ``(row_ptr, rows, chunk0_ptr, ...)``. Touches exactly the bytes of
-    the rows it is given. ``staged``: the CTA's accesses go through shared memory as
-    consecutive vectors (``block * n * pitch * 9 / 8`` bytes of it, at most 48 KB).
+    by byte. Arguments ``(row_ptr, rows, chunk0_ptr, ...)``: a pointer for each chunk in
+    ``outputs``. Touches exactly the bytes of the rows it is given. ``staged``: the
+    CTA's accesses go through shared memory as consecutive vectors (``block * n * pitch
+    * 9 / 8`` bytes of it, at most 48 KB).
+
+    ``outputs`` (backward only): the chunks it writes, ascending; None writes all (a
+    split). One chunk is a gather that reads whole rows: worth it where every 32-byte
+    sector of the row side holds bytes of the chunk, so nothing is read in vain. A
+    forward kernel writes whole rows of ``y`` and so takes every chunk.
     """
 
     @classmethod
@@ -123,6 +157,7 @@ class FastcatRowpack(KernelBase):
         widths: tuple[int, ...],
         block: int = 256,
         staged: bool = False,
+        outputs: tuple[int, ...] | None = None,
         target: str = "sm_90",
     ) -> Hashable:
         if direction not in ("backward", "forward"):
@@ -140,7 +175,8 @@ class FastcatRowpack(KernelBase):
             or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in widths)
         ):
             raise ValueError(f"widths must be 1 to 8 ints >= 1 (bytes), got {widths!r}")
-        pitch, n = sum(widths), rowpack_rows(widths)
+        outputs = _check_outputs(outputs, widths, direction)
+        pitch, n = sum(widths), rowpack_rows(widths, outputs)
         if n * pitch > _MAX_GROUP:
             raise ValueError(f"{n} rows of {pitch} bytes = {n * pitch} bytes a thread; at most {_MAX_GROUP}")
         if staged and 16 * _padded(block * n * pitch // 16) > _SHARED_LIMIT:
@@ -149,7 +185,7 @@ class FastcatRowpack(KernelBase):
                 f"memory with block {block} and {n * pitch}-byte groups; at most {_SHARED_LIMIT}: "
                 "take a smaller block"
             )
-        return (direction, widths, block, staged, target)
+        return (direction, widths, block, staged, outputs, target)
 
     def __init__(
         self,
@@ -158,22 +194,26 @@ class FastcatRowpack(KernelBase):
         widths: tuple[int, ...],
         block: int = 256,
         staged: bool = False,
+        outputs: tuple[int, ...] | None = None,
         target: str = "sm_90",
     ) -> None:
-        self.direction, self.widths, self.block_size, self.staged, self.target = self.cache_key(
-            direction=direction, widths=widths, block=block, staged=staged, target=target
+        key = self.cache_key(
+            direction=direction, widths=widths, block=block, staged=staged, outputs=outputs, target=target
         )
+        self.direction, self.widths, self.block_size, self.staged, outputs, self.target = key
+        self.outputs: tuple[int, ...] = outputs if outputs is not None else tuple(range(len(self.widths)))
         self.name = f"fastcat_rowpack_{direction}"  # type: ignore[misc]
         self.pitch = sum(self.widths)
-        self.rows_per_thread = rowpack_rows(self.widths)
+        self.rows_per_thread = rowpack_rows(self.widths, self.outputs)
         tag = "__st" if self.staged else ""
-        self.id = f"{self.name}__{'_'.join(map(str, self.widths))}__b{block}{tag}__{self.target}"
+        some = "" if outputs is None else "__out" + "_".join(map(str, self.outputs))
+        self.id = f"{self.name}__{'_'.join(map(str, self.widths))}{some}__b{block}{tag}__{self.target}"
         backward = direction == "backward"
-        self.arg_names = ("row_ptr", "rows", *(f"chunk{k}_ptr" for k in range(len(self.widths))))
+        self.arg_names = ("row_ptr", "rows", *(f"chunk{k}_ptr" for k in self.outputs))
         self.arg_types = (
             BYTES_IN if backward else BYTES_OUT,
             U64,
-            *((BYTES_OUT if backward else BYTES_IN) for _ in self.widths),
+            *((BYTES_OUT if backward else BYTES_IN) for _ in self.outputs),
         )
         self.block = (block, 1, 1)
         group_vectors = self.rows_per_thread * self.pitch // 16
@@ -185,19 +225,21 @@ class FastcatRowpack(KernelBase):
             "rows_per_thread": self.rows_per_thread,
             "block": block,
             "staged": self.staged,
+            "outputs": self.outputs,
         }
         self._emit()
 
     def __repr__(self) -> str:
         return (
             f"FastcatRowpack(direction={self.direction!r}, widths={self.widths!r}, "
-            f"block={self.block_size}, staged={self.staged!r}, target={self.target!r})"
+            f"block={self.block_size}, staged={self.staged!r}, "
+            f"outputs={self.outputs!r}, target={self.target!r})"
         )
 
     def footprints(
         self, grid: tuple[int, int, int], block: tuple[int, int, int], scalars: Mapping[str, int]
     ) -> tuple[Footprint, ...]:
-        """``rows * pitch`` bytes of the row side, ``rows * widths[k]`` of chunk ``k``;
+        """``rows * pitch`` bytes of the row side, ``rows * widths[k]`` of each chunk ``k`` it moves;
         16-byte aligned where there is a whole group of ``n`` rows (16-byte vectors), byte
         aligned otherwise. Grid-stride: any non-empty grid covers everything."""
         check_launch_block(self.name, block, self.block)
@@ -205,8 +247,8 @@ class FastcatRowpack(KernelBase):
         align = 16 if rows >= self.rows_per_thread else 1
         backward = self.direction == "backward"
         out = [Footprint("row_ptr", rows * self.pitch, 1, align, writes=not backward)]
-        for k, w in enumerate(self.widths):
-            out.append(Footprint(f"chunk{k}_ptr", rows * w, 1, align, writes=backward))
+        for k in self.outputs:
+            out.append(Footprint(f"chunk{k}_ptr", rows * self.widths[k], 1, align, writes=backward))
         return tuple(out)
 
     def _emit(self) -> None:
@@ -217,6 +259,7 @@ class FastcatRowpack(KernelBase):
             if self.staged
             else "Each thread loads and stores its own group as 16-byte vectors;"
         )
+        only = ", ".join(map(str, self.outputs))
         module = PtxModule(
             self.target,
             comment=[
@@ -225,6 +268,11 @@ class FastcatRowpack(KernelBase):
                 "its bytes in registers with constant prmt selectors.",
                 how,
                 f"the last rows % {n} go a byte a thread.",
+                *(
+                    []
+                    if len(self.outputs) == len(widths)
+                    else [f"It writes chunk {only} only (a gather of whole rows)."]
+                ),
             ],
         )
         fn = module.entry(self.entry_point_name)
@@ -240,11 +288,11 @@ class FastcatRowpack(KernelBase):
         fn.inst("ld.param.u64", row_ptr, Addr(params["row_ptr"]))
         fn.inst("cvta.to.global.u64", row_ptr, row_ptr)
         fn.inst("ld.param.u64", rows, Addr(params["rows"]))
-        for k in range(len(widths)):
+        for k in self.outputs:
             c = fn.reg(f"cptr{k}", "u64")
             fn.inst("ld.param.u64", c, Addr(params[f"chunk{k}_ptr"]))
             fn.inst("cvta.to.global.u64", c, c)
-            r.cptr.append(c)
+            r.cptr[k] = c
         fn.inst("mov.u32", r.thread, SPECIAL_REGS["tid.x"])
         fn.inst("mov.u32", r.block_id, SPECIAL_REGS["ctaid.x"])
         fn.inst("mov.u32", r.block_dim, SPECIAL_REGS["ntid.x"])
@@ -314,7 +362,8 @@ class FastcatRowpack(KernelBase):
             for v in range(group // 16):
                 fn.inst("ld.global.nc.v4.u32", Vec(tuple(in_words[4 * v : 4 * v + 4])), Addr(raddr, 16 * v),
                         comment=f"rows' bytes {16 * v}..{16 * v + 15}")  # fmt: skip
-            for k, w in enumerate(widths):
+            for k in self.outputs:
+                w = widths[k]
                 fn.inst("mad.lo.u64", caddr, gi, n * w, cptr[k])
                 for v in range(n * w // 16):
                     self._chunk_vector(words, out, in_words, k, v)
@@ -344,8 +393,10 @@ class FastcatRowpack(KernelBase):
         # memory (in vectors, before padding): the row side at 0, the chunks one after
         # another. Both sides fill the same slots: one is read out before the other is written.
         row_vecs = n * self.pitch // 16
-        chunk_vecs = [n * w // 16 for w in widths]
-        chunk_first = [block * sum(chunk_vecs[:k]) for k in range(len(widths))]
+        chunk_vecs = {k: n * widths[k] // 16 for k in self.outputs}
+        chunk_first, first = {}, 0
+        for k in self.outputs:
+            chunk_first[k], first = first, first + block * chunk_vecs[k]
         smem = fn.shared("groups", 16 * _padded(block * row_vecs), align=16)
         thread, tmp64, pr, n_groups = r.thread, r.tmp64, r.pr, r.n_groups
         g0, step, left = fn.reg("g0", "u64"), fn.reg("g_step", "u64"), fn.reg("left", "u64")
@@ -424,13 +475,13 @@ class FastcatRowpack(KernelBase):
                 fn.inst("ld.shared.v4.u32", vec, Addr(own), comment=f"this thread's group, vector {v}")
                 in_words += list(vec.regs)
             fn.inst("bar.sync", 0, comment="every group read before the chunks overwrite it")
-            for k in range(len(widths)):
+            for k in self.outputs:
                 for v in range(chunk_vecs[k]):
                     self._chunk_vector(words, list(out.regs), in_words, k, v)
                     own_vector(chunk_first[k], chunk_vecs[k], v)
                     fn.inst("st.shared.v4.u32", Addr(own), out, comment=f"chunk {k}, vector {v}")
             fn.inst("bar.sync", 0, comment="every chunk's vectors are in shared memory")
-            for k in range(len(widths)):
+            for k in self.outputs:
                 fn.banner(f"chunk {k} out: {chunk_vecs[k]} pass(es)")
                 passes(chunk_vecs[k], chunk_first[k], r.cptr[k], False, f"c{k}")
         else:
@@ -498,7 +549,13 @@ class FastcatRowpack(KernelBase):
         fn.inst("cvt.u64.u32", tail_row, tail_r)
         fn.inst("add.u64", tail_row, tail_row, tail_start)
         fn.inst("add.u64", raddr, row_ptr, tail_byte)
-        for k, (w, o) in enumerate(zip(widths, offs)):
+        backward = self.direction == "backward"
+        if backward:
+            # Every byte of the rows is read, as the groups read them: a byte of a chunk
+            # this kernel does not write (outputs) is read and then falls through the tests.
+            fn.inst("ld.global.nc.b8", byte, Addr(raddr))
+        for k in self.outputs:
+            w, o = widths[k], offs[k]
             nxt = fn.label("TAIL_NEXT")
             fn.inst("setp.lt.u32", pr, col, o, comment=f"chunk {k}: columns {o}..{o + w - 1}")
             fn.inst("bra", nxt, guard=pr)
@@ -508,8 +565,7 @@ class FastcatRowpack(KernelBase):
             fn.inst("cvt.u64.u32", tmp64, col)
             fn.inst("add.u64", caddr, caddr, tmp64)
             fn.inst("sub.u64", caddr, caddr, o)
-            if self.direction == "backward":
-                fn.inst("ld.global.nc.b8", byte, Addr(raddr))
+            if backward:
                 fn.inst("st.global.b8", Addr(caddr), byte)
             else:
                 fn.inst("ld.global.nc.b8", byte, Addr(caddr))

@@ -25,6 +25,7 @@ from typing import Any
 
 from . import Kernel, __version__
 from .args import param_buffer_size, param_layout
+from .kernel import wants_dependent_launch
 
 __all__ = [
     "FORMAT",
@@ -162,6 +163,7 @@ def entry(kernel: Kernel) -> dict[str, Any]:
         "params": [_param(s, footprints.get(s.name)) for s in layout],
         "param_buffer_size": param_buffer_size(layout),
         **({"requires": requires} if requires else {}),
+        **({"dependent_launch": True} if wants_dependent_launch(kernel) else {}),
     }
 
 

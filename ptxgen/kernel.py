@@ -120,6 +120,12 @@ def conformance_problems(kernel: object) -> list[str]:
     return problems
 
 
+def wants_dependent_launch(kernel: object) -> bool:
+    """Whether ``kernel`` asks to be launched with programmatic stream serialization: its
+    ``dependent_launch`` is True (an optional attribute of the protocol; see KernelBase)."""
+    return getattr(kernel, "dependent_launch", False) is True
+
+
 class _Memoised(type):
     """Construction returns the cached object for the same class and ``cache_key``."""
 
@@ -154,8 +160,14 @@ class KernelBase(metaclass=_Memoised):
     ``cache_key(*args, **kwargs)`` returning a hashable key of its normalised
     arguments: then constructing it twice with the same arguments returns the same
     object, emitted once.
+
+    ``dependent_launch`` (False here): True for a kernel whose every thread waits in
+    ``griddepcontrol.wait`` for the previous grid before touching memory; runtimes may
+    then launch it with programmatic stream serialization (sm_90+), which overlaps its
+    launch with its predecessor's run.
     """
 
+    dependent_launch: bool = False
     name: ClassVar[str]
     id: str
     kernel_source: str

@@ -59,7 +59,9 @@ def render_body(items: list[Item], indent: str = "    ") -> list[str]:
     insts = [i for i in items if isinstance(i, Instruction)]
     heads = {id(i): i.head() for i in insts}
     operands = {id(i): i.operand_text() for i in insts}
-    ow = max((len(h) for h in heads.values()), default=0)
+    # Only instructions with operands set the opcode column: a long one without any
+    # (``@%p griddepcontrol.launch_dependents``) would push every operand right.
+    ow = max((len(heads[id(i)]) for i in insts if i.operands), default=0)
     aw = min(max((len(o) + 1 for o in operands.values()), default=0), _MAX_OPERAND_WIDTH)
     out: list[str] = []
     for item in items:

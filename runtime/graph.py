@@ -45,7 +45,10 @@ class KernelNode:
 
     ``function`` is the :class:`runtime.Function` launched (None for a kernel some other
     library launched into the same capture); ``args`` the values its parameters hold,
-    as packed (None where the function's layout is unknown).
+    as packed (None where the function's layout is unknown). ``programmatic``: an edge
+    into it is programmatic (a ``dependent_launch`` kernel launched with the attribute
+    after a kernel), so it is scheduled while the node it depends on still runs and
+    waits for it in the kernel.
     """
 
     index: int
@@ -55,6 +58,7 @@ class KernelNode:
     shared_mem: int
     args: tuple[int, ...] | None
     handle: Any  # the CUgraphNode
+    programmatic: bool = False
 
 
 class Graph:
@@ -136,8 +140,9 @@ class Graph:
         count = check("cuGraphGetNodes", drv.cuGraphGetNodes(self._graph, 0))[1]
         nodes = list(check("cuGraphGetNodes", drv.cuGraphGetNodes(self._graph, count))[0]) if count else []
         kernel_type = drv.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
+        incoming = {int(node): _incoming(drv, node) for node in nodes}
         out = []
-        for node in _dependencies_first(drv, nodes):
+        for node in _dependencies_first(nodes, incoming):
             if check("cuGraphNodeGetType", drv.cuGraphNodeGetType(node)) != kernel_type:
                 continue
             p = check("cuGraphKernelNodeGetParams", drv.cuGraphKernelNodeGetParams(node))
@@ -151,6 +156,7 @@ class Graph:
                     shared_mem=int(p.sharedMemBytes),
                     args=_captured_args(function, p.kernelParams),
                     handle=node,
+                    programmatic=incoming[int(node)][1],
                 )
             )
         return tuple(out)
@@ -223,19 +229,29 @@ class Graph:
         return f"<runtime.Graph {self._state}, {len(self._nodes)} kernel nodes>"
 
 
-def _dependencies_first(drv: Any, nodes: list[Any]) -> list[Any]:
+def _incoming(drv: Any, node: Any) -> tuple[list[Any], bool]:
+    """The nodes ``node`` depends on, and whether an edge from one of them is programmatic.
+
+    Asks for the edges' data (``cuGraphNodeGetDependencies`` in CUDA 13's bindings, its
+    ``_v2`` in 12.3's): without it the driver refuses a node that has a programmatic edge
+    (CUDA_ERROR_LOSSY_QUERY). Bindings older than 12.3 have no edge data, and such
+    captures no programmatic edges to read."""
+    get = getattr(drv, "cuGraphNodeGetDependencies_v2", None) or drv.cuGraphNodeGetDependencies
+    result = check("cuGraphNodeGetDependencies", get(node, 0))
+    count = result[-1] if isinstance(result, tuple) else result
+    if not count:
+        return [], False
+    found = check("cuGraphNodeGetDependencies", get(node, count))  # (deps, [edge data,] count)
+    deps, edges = list(found[0]), (found[1] if len(found) > 2 else None)
+    kind = int(drv.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC) if edges else None
+    return deps, any(int(edge.type) == kind for edge in edges or ())
+
+
+def _dependencies_first(nodes: list[Any], incoming: dict[int, tuple[list[Any], bool]]) -> list[Any]:
     """``nodes`` in an order where each comes after what it depends on (the launch order
     of one stream's capture); ties keep the driver's order."""
     index = {int(n): i for i, n in enumerate(nodes)}
-    waits_for: list[set[int]] = []
-    for node in nodes:
-        result = check("cuGraphNodeGetDependencies", drv.cuGraphNodeGetDependencies(node, 0))
-        count = result[-1] if isinstance(result, tuple) else result
-        deps = []
-        if count:
-            # (deps, count) before CUDA 12.3's bindings, (deps, edge data, count) after
-            deps = check("cuGraphNodeGetDependencies", drv.cuGraphNodeGetDependencies(node, count))[0]
-        waits_for.append({index[int(d)] for d in deps if int(d) in index})
+    waits_for = [{index[int(d)] for d in incoming[int(node)][0] if int(d) in index} for node in nodes]
     order: list[int] = []
     done: set[int] = set()
     while len(order) < len(nodes):

@@ -74,7 +74,8 @@ class Binding(Protocol):
     ``f`` as :meth:`function` makes it, ``stream`` as ``streams[handle]`` holds it, the
     rest as ints; it returns the ``CUresult`` (0 on success), or a 1-tuple of it where
     ``returns_tuple`` is set. ``launch_kernel_ex(config, f, params, extra)``, where not
-    None, is ``cuLaunchKernelEx`` with a config that :meth:`config` made.
+    None, is ``cuLaunchKernelEx`` with a config that :meth:`config` made; ``dependent``
+    there adds programmatic stream serialization (programmatic dependent launch).
     """
 
     name: str
@@ -86,7 +87,16 @@ class Binding(Protocol):
     def function(self, handle: int) -> Any: ...
 
     def config(
-        self, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int, stream: Any
+        self,
+        gx: int,
+        gy: int,
+        gz: int,
+        bx: int,
+        by: int,
+        bz: int,
+        shared: int,
+        stream: Any,
+        dependent: bool = False,
     ) -> Any: ...
 
 
@@ -124,8 +134,8 @@ class _IntHandles:
     def function(self, handle: int) -> int:
         return handle
 
-    def config(self, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int, stream: Any) -> None:
-        return None
+    def config(self, *geometry: Any, dependent: bool = False) -> None:
+        return None  # no cuLaunchKernelEx here: a dependent kernel launches without the attribute
 
 
 class _Cffi(_IntHandles):
@@ -180,13 +190,32 @@ class _CudaBindings:
     def function(self, handle: int) -> Any:
         return self._function(handle)
 
-    def config(self, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int, stream: Any) -> Any:
-        """A ``CUlaunchConfig`` with no attributes: what cuLaunchKernel's arguments say."""
+    def config(
+        self,
+        gx: int,
+        gy: int,
+        gz: int,
+        bx: int,
+        by: int,
+        bz: int,
+        shared: int,
+        stream: Any,
+        dependent: bool = False,
+    ) -> Any:
+        """A ``CUlaunchConfig``: what cuLaunchKernel's arguments say and, for a kernel that
+        waits for its predecessor (``dependent``), programmatic stream serialization."""
         c = self._config()
         c.gridDimX, c.gridDimY, c.gridDimZ = gx, gy, gz
         c.blockDimX, c.blockDimY, c.blockDimZ = bx, by, bz
         c.sharedMemBytes = shared
         c.hStream = stream
+        if dependent:
+            drv = driver()
+            attribute = drv.CUlaunchAttribute()
+            attribute.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attribute.value.programmaticStreamSerializationAllowed = 1
+            c.attrs = [attribute]
+            c.numAttrs = 1
         return c
 
 
@@ -506,7 +535,12 @@ def _unpack(n: int, indent: str) -> list[str]:
 
 
 def _geometry(
-    block: tuple[int, int, int] | None, device: Device, max_threads: int, ex: bool, footprints: bool
+    block: tuple[int, int, int] | None,
+    device: Device,
+    max_threads: int,
+    ex: bool,
+    footprints: bool,
+    dependent: bool = False,
 ) -> list[str]:
     """Grid, block, shared memory and stream.
 
@@ -514,7 +548,8 @@ def _geometry(
     stream object names one stream for its life (a runtime.Stream is asked whether it
     is still open); the cache holds them until another launch replaces them. The
     second launch in a row with the same objects builds the ``CUlaunchConfig`` that
-    later ones reuse. Other values get the common case as literals (three ints in
+    later ones reuse (a ``dependent`` kernel's first: only the config carries its
+    launch attribute). Other values get the common case as literals (three ints in
     range, the kernel's block) and anything else the full check. Where the kernel
     declares footprints, ``fpc`` is the footprint cache of the grid and block.
     """
@@ -564,13 +599,13 @@ def _geometry(
         "            else:",
         "                s = STREAM_HANDLE(stream)",
         "            ns = STREAMS[s]",
-        "            cfg = None",
+        f"            cfg = {'CONFIG(gx, gy, gz, bx, by, bz, shared_mem, ns)' if dependent else 'None'}",
         "            rest = (gx, gy, gz, bx, by, bz, ns)",
         "            fpc = FOOTPRINTS_AT((gx, gy, gz, bx, by, bz))"
         if footprints
         else "            fpc = None",
         "            if grid.__class__ is tuple and block.__class__ is tuple:",
-        "                LAST = (grid, block, shared_mem, stream, None, s, rest, fpc)",
+        "                LAST = (grid, block, shared_mem, stream, cfg, s, rest, fpc)",
     ]
 
 
@@ -589,11 +624,14 @@ def _source(
     returns_tuple: bool,
     ex: bool,
     footprints: bool = False,
+    dependent: bool = False,
 ) -> str:
     """The Python source of ``build(...)``, which returns the launch functions.
 
     ``ex``: launch through ``cuLaunchKernelEx`` with a prebuilt config where one is
     known (cuda-bindings converts one config object faster than seven ints and a stream).
+    ``dependent`` (with ``ex``): every launch goes with a config, which carries the
+    kernel's programmatic-dependent-launch attribute.
     """
     n = len(params)
     pointers = [p for p in params if isinstance(p, PointerParam)]
@@ -615,7 +653,7 @@ def _source(
         "        if not OPEN:",
         "            CLOSED()",
         *_unpack(n, "        "),
-        *_geometry(block, device, max_threads, ex, footprints),
+        *_geometry(block, device, max_threads, ex, footprints, dependent and ex),
         *_checks(params, "        ", footprints, ranges=False),
         *_call(checked, returns_tuple, "cfg" if ex else None, "        ", at_launch),
         "",
@@ -668,6 +706,11 @@ class Launcher:
     are the functions :class:`runtime.Function` exposes as ``launch`` and ``pack_args``;
     :meth:`prepare` makes a :class:`PreparedLaunch`. :meth:`close` makes every later
     call raise (the module was unloaded: the function handle is gone).
+
+    ``dependent_launch``: the kernel waits for its predecessor (``griddepcontrol.wait``)
+    before touching memory, so every launch carries programmatic stream serialization,
+    through ``cuLaunchKernelEx``. A binding without it (cffi, ctypes) launches such a
+    kernel plainly: the same results, without the overlap.
     """
 
     def __init__(
@@ -683,6 +726,7 @@ class Launcher:
         ordered: Callable[[Any], Sequence[Any]],
         binding: Binding,
         footprints: Callable[..., Sequence[Footprint]] | None = None,
+        dependent_launch: bool = False,
     ) -> None:
         self.name = name
         self.layout = layout
@@ -696,6 +740,7 @@ class Launcher:
             for i, slot in enumerate(layout.slots)
         )
         ex = binding.launch_kernel_ex is not None
+        self.dependent_launch = dependent_launch and ex
         self._footprints = footprints
         self._footprint_caches: dict[tuple[int, ...], _FootprintCache] = {}
         self._scalar_count = sum(isinstance(p, ScalarParam) for p in self.params)
@@ -709,7 +754,14 @@ class Launcher:
             binding.returns_tuple,
             ex,
             footprints is not None,
+            self.dependent_launch,
         )
+        config = binding.config
+        if self.dependent_launch:
+
+            def config(*geometry: Any) -> Any:
+                return binding.config(*geometry, dependent=True)
+
         constants: list[Any] = []
         for p in self.params:
             # A tensor class and dtypes no value can have, until torch is seen.
@@ -724,7 +776,7 @@ class Launcher:
         with _launchers_lock:  # no check_int_pointers() call between reading it and registering
             functions = namespace["build"](
                 True, self._function, self._pool, layout.new_buffer, layout.struct.pack_into,
-                self._launch_kernel, binding.launch_kernel_ex, binding.config, self._relaunch, self._closed,
+                self._launch_kernel, binding.launch_kernel_ex, config, self._relaunch, self._closed,
                 ordered, check_geometry, stream_handle, binding.streams, Stream, DeviceArray, _Miss,
                 self._slow_pointer, scalar_value, miss, self._footprints_at, self._footprint,
                 self._footprint_fail, _int_checks[0], struct.error, self._out_of_range, *constants,
@@ -872,7 +924,9 @@ class Launcher:
     def _relaunch(
         self, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int, stream: Any, buf: ParamBuffer
     ) -> None:
-        """The launch failed: make the device's context current and try once more."""
+        """The launch failed: make the device's context current and try once more (with
+        cuLaunchKernel: a dependent kernel's retry goes without the attribute, which
+        costs it the overlap, not its result)."""
         self._device._activate()
         err = self._launch_kernel(self._function, gx, gy, gz, bx, by, bz, shared, stream, buf.params, 0)
         if self.binding.returns_tuple:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from ptxgen import Kernel, Pointer, Scalar
 from ptxgen.diagnostics import log_line_numbers, quote_lines
+from ptxgen.kernel import wants_dependent_launch
 
 from ._driver import check, driver, error_strings, raise_error
 from .errors import PtxLoadError
@@ -234,6 +235,7 @@ class Function:
             ordered=self._ordered,
             binding=launch_binding,
             footprints=self._declared_footprints(),
+            dependent_launch=self._dependent_launch(),
         )
         if self.module.closed:
             launcher.close()
@@ -247,6 +249,12 @@ class Function:
         if self.name != kernel.entry_point_name or tuple(self.arg_names) != tuple(kernel.arg_names):
             return None
         return getattr(kernel, "footprints", None)
+
+    def _dependent_launch(self) -> bool:
+        """Whether this is the entry point of a kernel built for programmatic dependent
+        launch (its ``dependent_launch``): its launches then carry the attribute."""
+        kernel = self.module.kernel
+        return self.name == kernel.entry_point_name and wants_dependent_launch(kernel)
 
     def _build_launcher(self, launch_binding: Binding) -> None:
         """Generate this function's launch path (see :mod:`runtime.launch`)."""

@@ -16,12 +16,14 @@ Nothing here touches the driver, so plans can be checked without a GPU.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import ptxgen
 from ptxgen.dtypes import DType
+from ptxgen.kernels.fastcat_common import dependent_launch_supported
 
 __all__ = [
     "MAX_STEPS",
@@ -48,6 +50,10 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+_DEPENDENT_ENV = "PTXGEN_DEPENDENT_LAUNCH"
+_OFF = ("0", "false", "no", "off")
+
+
 @dataclass(frozen=True)
 class DeviceTraits:
     """What planning needs to know of a GPU (a plain record, so plans can be made
@@ -58,6 +64,11 @@ class DeviceTraits:
     max_grid_x: int = 2**31 - 1
     max_grid_y: int = 65535
     max_shared_memory_per_block: int = 227 * 1024
+    # Build the fast kernels for programmatic dependent launch where the GPU has it
+    # (sm_90+): each waits for the previous grid in the kernel, so the launches of a
+    # plan, of consecutive ops and of a captured graph overlap their launch latency.
+    # PTXGEN_DEPENDENT_LAUNCH=0 turns it off in the traits DeviceTraits.of reads from a device.
+    dependent_launch: bool = True
 
     @classmethod
     def of(cls, device: Any) -> DeviceTraits:
@@ -68,6 +79,7 @@ class DeviceTraits:
             max_grid_x=device.max_grid[0],
             max_grid_y=device.max_grid[1],
             max_shared_memory_per_block=device.max_shared_memory_per_block,
+            dependent_launch=os.environ.get(_DEPENDENT_ENV, "1").strip().lower() not in _OFF,
         )
 
 
@@ -298,6 +310,7 @@ def _fastcat_steps(op: str, problem: Problem | Chunk, traits: DeviceTraits) -> l
         extents, aligns, index = problem.extents, problem.piece_aligns, None
     rows, wide_align = problem.rows, problem.wide_align
     target = _fastcat_target(traits)
+    dependent = traits.dependent_launch and dependent_launch_supported(target)
     launches = choose(op, rows, list(extents), isz, row_mod16=wide_align, chunk_mod16=list(aligns),
                       target=target, chunk=index)  # fmt: skip
     pitch = sum(extents) * isz
@@ -309,7 +322,7 @@ def _fastcat_steps(op: str, problem: Problem | Chunk, traits: DeviceTraits) -> l
         pieces = [Ptr(i) for i in range(len(extents))]
     steps = []
     for launch in launches:
-        kernel = launch.kernel(target)
+        kernel = launch.kernel(target, dependent)
         args = launch.args(Ptr(WIDE), pieces, rows, pitch, offs, widths)
         # The kernels stride over their grid: any size does the work, so it may be capped.
         grid = (min(launch.grid, traits.max_grid_x), min(launch.grid_y, traits.max_grid_y), 1)

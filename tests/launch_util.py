@@ -46,11 +46,13 @@ class RecordingBinding:
         self.calls: list[Call] = []
         self.streams = _SameInt()
         self.launch_kernel_ex = self._launch_kernel_ex if ex else None
+        self.dependent_configs = 0
 
     def function(self, handle: int) -> int:
         return handle
 
-    def config(self, gx, gy, gz, bx, by, bz, shared, stream) -> tuple:
+    def config(self, gx, gy, gz, bx, by, bz, shared, stream, dependent=False) -> tuple:
+        self.dependent_configs += dependent  # configs made with the programmatic attribute
         return (gx, gy, gz, bx, by, bz, shared, stream)
 
     def launch_kernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) -> int:

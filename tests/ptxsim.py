@@ -180,6 +180,9 @@ class _Program:
             op = parts[0].split(".")
             args = _split_args(parts[1]) if len(parts) > 1 else []
             self.insts.append(_Inst(guard, op, args, lineno))
+        # A kernel built for programmatic dependent launch: each thread must wait for the
+        # previous grid before its first global access (checked in load and store).
+        self.dependent = any(i.op[:2] == ["griddepcontrol", "wait"] for i in self.insts)
 
 
 class _Thread:
@@ -194,6 +197,8 @@ class _Thread:
         self.mem = mem
         self.smem = smem
         self.executed = 0
+        self.waited = not prog.dependent  # griddepcontrol.wait done, where the kernel has one
+        self.triggered = False  # griddepcontrol.launch_dependents executed
 
     # operands ---------------------------------------------------------------------
     def val(self, tok: str, t: str | None = None):
@@ -246,6 +251,8 @@ class _Thread:
             return bytes(self.smem[addr : addr + n])
         if addr % n and n <= 16:
             raise RuntimeError(f"misaligned global load of {n} at {addr:#x}")
+        if not self.waited:
+            raise RuntimeError(f"global load at {addr:#x} before griddepcontrol.wait")
         return self.mem.read(addr, n)
 
     def store(self, space: str, addr: int, raw: bytes) -> None:
@@ -257,6 +264,8 @@ class _Thread:
                 raise OutOfBounds(f"shared store of {n} at {addr}")
             self.smem[addr : addr + n] = raw
         else:
+            if not self.waited:
+                raise RuntimeError(f"global store at {addr:#x} before griddepcontrol.wait")
             self.mem.write(addr, raw)
 
     # execution --------------------------------------------------------------------
@@ -284,6 +293,9 @@ class _Thread:
                     return
                 elif head == "bar":
                     yield "bar"
+                elif head == "griddepcontrol":  # one grid at a time here: nothing runs before it
+                    self.waited = self.waited or op[1] == "wait"
+                    self.triggered = self.triggered or op[1] == "launch_dependents"
                 elif head == "vote":  # vote.sync.<mode>.<type> d, a, membermask: the warp answers
                     if self.val(a[2], "b32") != 0xFFFFFFFF:
                         raise RuntimeError("vote.sync: only a full member mask is modelled")
@@ -455,10 +467,16 @@ class _Thread:
             raise RuntimeError(f"unsupported instruction {'.'.join(op)}")
 
 
-def run_kernel(kernel, grid: int | tuple[int, ...], args: dict, mem: Memory) -> int:
+def run_kernel(
+    kernel, grid: int | tuple[int, ...], args: dict, mem: Memory, triggers: list | None = None
+) -> int:
     """Run ``kernel`` on ``grid`` blocks (an int: x only; or (x, y[, z])), one block
-    after another; returns instructions executed."""
+    after another; returns instructions executed. ``triggers``, if given, receives the
+    ctaid of each block in which a thread ran ``griddepcontrol.launch_dependents``.
+    A kernel whose ``dependent_launch`` is True must wait before any global access,
+    whether or not its text has the wait."""
     prog = _Program(kernel.source, kernel.entry_point_name)
+    prog.dependent = prog.dependent or getattr(kernel, "dependent_launch", False) is True
     dims = (grid, 1, 1) if isinstance(grid, int) else (*grid, 1, 1)[:3]
     total = 0
     for b in itertools.product(*(range(d) for d in reversed(dims))):
@@ -470,6 +488,8 @@ def run_kernel(kernel, grid: int | tuple[int, ...], args: dict, mem: Memory) -> 
         ]
         _schedule([th.run() for th in threads])
         total += sum(th.executed for th in threads)
+        if triggers is not None and any(th.triggered for th in threads):
+            triggers.append(ctaid)
     return total
 
 

@@ -88,22 +88,22 @@ def test_one_piece_goes_to_the_vector_variant():
     assert [s.kernel.name for s in steps] == ["fastcat_rect_backward"]
     assert steps[0].args[0] == Ptr(WIDE, 64 * 4)  # the row side starts at the piece's columns
     # 32 vectors a row, 1 a thread of 256: tiles of 8 rows x 32 vectors, one per CTA
-    assert steps[0].kernel.id == "fastcat_rect_backward__w16__c32__k1__u1__b256__sm_90"
+    assert steps[0].kernel.id == "fastcat_rect_backward__w16__c32__k1__u1__b256__pdl__sm_90"
     assert steps[0].grid == (1000 // 8, 1, 1)
     wide = Problem("forward", f32, 7, (10, 70_000)).chunk(1)  # 35,000 vectors of 8 bytes: 69 column tiles
     steps = plan.FASTCAT_CHUNK.build(wide, DeviceTraits(arch="sm_90", max_grid_y=5))
-    assert steps[0].kernel.id == "fastcat_rect_forward__w8__c512__k1__u4__b128__sm_90"
+    assert steps[0].kernel.id == "fastcat_rect_forward__w8__c512__k1__u4__b128__pdl__sm_90"
     assert steps[0].grid == (7, 5, 1)  # capped by the device: the kernel strides over y
 
 
 # A gather from short rows reads whole rows with rowpack and writes its piece only
 # (every 32-byte sector of the wide array holds bytes of the piece); otherwise rect/tiles.
 GATHERS = [
-    ("u8", 37, (1, 3), 1, 0, "fastcat_rowpack_backward__1_3__out1__b256__st__sm_90"),
-    ("u8", 37, (1, 3), 0, 0, "fastcat_rowpack_backward__1_3__out0__b256__st__sm_90"),
-    ("bf16", 21, (1, 3), 1, 0, "fastcat_rowpack_backward__2_6__out1__b256__st__sm_90"),
-    ("f32", 9, (1, 3), 1, 0, "fastcat_rowpack_backward__4_12__out1__b256__st__sm_90"),
-    ("u8", 40, (2, 5, 1), 1, 0, "fastcat_rowpack_backward__2_5_1__out1__b256__st__sm_90"),
+    ("u8", 37, (1, 3), 1, 0, "fastcat_rowpack_backward__1_3__out1__b256__st__pdl__sm_90"),
+    ("u8", 37, (1, 3), 0, 0, "fastcat_rowpack_backward__1_3__out0__b256__st__pdl__sm_90"),
+    ("bf16", 21, (1, 3), 1, 0, "fastcat_rowpack_backward__2_6__out1__b256__st__pdl__sm_90"),
+    ("f32", 9, (1, 3), 1, 0, "fastcat_rowpack_backward__4_12__out1__b256__st__pdl__sm_90"),
+    ("u8", 40, (2, 5, 1), 1, 0, "fastcat_rowpack_backward__2_5_1__out1__b256__st__pdl__sm_90"),
     ("u8", 37, (1, 3), 1, 3, "fastcat_tile_backward"),  # the wide array off 16 bytes
     ("f64", 5, (1, 3), 1, 0, "fastcat_rect_backward"),  # 8-byte accesses
     ("u8", 6, (1, 40, 1), 1, 0, "fastcat_tile_backward"),  # a group of 42-byte rows is too wide

@@ -83,6 +83,10 @@ FASTCAT_CASES = [
         ptxgen.kernels.FastcatTile,
         dict(direction="backward", chunks=1, granule=2, unroll=2, loader="bulk", target="sm_90"),
     ),
+    (  # programmatic dependent launch: the prologue every dependent fast kernel has
+        ptxgen.kernels.FastcatRect,
+        dict(direction="backward", width=16, cols=32, chunks=2, unroll=2, block=128, dependent_launch=True),
+    ),
 ]
 
 

@@ -183,7 +183,8 @@ def test_launch_benchmark_tables_its_record():
 
     record = {
         "us_per_launch": {"bare_cuda_bindings": 6.0, "checked_int": 6.6, "checked_torch": 8.4,
-                          "torch_copy": 15.0, "graph_replay_per_launch": 1.3},
+                          "torch_copy": 15.0, "graph_replay_per_launch": 1.3,
+                          "graph_replay_fastcat_pdl_per_launch": 0.7},
         "not_measured": {"triton": "not measured: no triton"},
         "gpu": "G (sm_90)", "driver": "580 (CUDA 13.0)", "date": "2026-11-30", "python": "3.12",
         "versions": {"cuda-bindings": "13.3.1"}, "default_binding": "cffi", "method": "m", "failures": [],
@@ -194,5 +195,9 @@ def test_launch_benchmark_tables_its_record():
     assert "| Function.launch, int pointers ≤ 1.15× bare | 1.100× | yes |" in table
     assert "| Function.launch, torch tensors ≤ 1.3× bare | 1.400× | no |" in table
     assert "< torch dx.copy_(dy.narrow(1, off, c)) | 6.60 vs 15.00 µs | yes |" in table
-    assert "| graph replay ≤ 1.2 µs per launch (wall) | 1.30 µs | no |" in table
+    assert "| graph replay ≤ 1.2 µs per launch (wall), seed kernel | 1.30 µs | no |" in table
+    assert (
+        "| graph replay ≤ 1.2 µs per launch (wall), fast kernel, dependent launch | 0.70 µs | yes |" in table
+    )
+    assert "the op" not in table  # not measured: no row
     assert "| Triton kernel, the same copy | not measured: no triton | |" in table

@@ -66,8 +66,9 @@ class Launch:
     why: str
     grid_y: int = 1  # CTAs in y (column tiles of a rect launch)
 
-    def kernel(self, target: str) -> Any:
-        """The kernel object (memoised: the same spec and target give the same object)."""
+    def kernel(self, target: str, dependent_launch: bool = False) -> Any:
+        """The kernel object (memoised: the same spec and target give the same object);
+        ``dependent_launch`` builds it for programmatic dependent launch (sm_90+)."""
         from .fastcat_rect import FastcatRect
         from .fastcat_rowpack import FastcatRowpack
         from .fastcat_tile import FastcatTile
@@ -75,7 +76,7 @@ class Launch:
 
         families = {"rect": FastcatRect, "vec": FastcatVec, "tile": FastcatTile, "rowpack": FastcatRowpack}
         make = families[self.family]
-        return make(target=target, **dict(self.spec))
+        return make(target=target, dependent_launch=dependent_launch, **dict(self.spec))
 
     def args(
         self, row_ptr: Any, chunk_ptrs: list[Any], rows: int, pitch: int, offs: list[int], widths: list[int]

@@ -36,7 +36,9 @@ from .fastcat_common import (
     ChunkScratch,
     check_block,
     check_choice,
+    check_dependent_launch,
     data_regs,
+    emit_dependent_launch,
     ld_type,
     select_chunk,
     window_args,
@@ -86,6 +88,7 @@ class FastcatRect(KernelBase):
         unroll: int = 4,
         block: int = 256,
         target: str = "sm_90",
+        dependent_launch: bool = False,
     ) -> Hashable:
         if direction not in _DIRECTIONS:
             raise ValueError(f"direction {direction!r}; accepted: 'backward', 'forward'")
@@ -101,7 +104,8 @@ class FastcatRect(KernelBase):
             )
         if isinstance(chunks, bool) or not isinstance(chunks, int) or not 1 <= chunks <= MAX_CHUNKS:
             raise ValueError(f"chunks = {chunks!r} is not accepted; accepted: an int in 1..{MAX_CHUNKS}")
-        return (direction, width, cols, chunks, unroll, block, target)
+        pdl = check_dependent_launch(dependent_launch, target)
+        return (direction, width, cols, chunks, unroll, block, target, pdl)
 
     def __init__(
         self,
@@ -113,21 +117,17 @@ class FastcatRect(KernelBase):
         unroll: int = 4,
         block: int = 256,
         target: str = "sm_90",
+        dependent_launch: bool = False,
     ) -> None:
-        (self.direction, self.width, self.cols, self.chunks, self.unroll, self.block_size, self.target) = (
-            self.cache_key(
-                direction=direction,
-                width=width,
-                cols=cols,
-                chunks=chunks,
-                unroll=unroll,
-                block=block,
-                target=target,
-            )
-        )
+        (self.direction, self.width, self.cols, self.chunks, self.unroll, self.block_size, self.target,
+         self.dependent_launch) = self.cache_key(
+            direction=direction, width=width, cols=cols, chunks=chunks, unroll=unroll, block=block,
+            target=target, dependent_launch=dependent_launch,
+        )  # fmt: skip
         self.tile_rows = block * unroll // cols
         self.name = f"fastcat_rect_{direction}"  # type: ignore[misc]
-        self.id = f"{self.name}__w{width}__c{cols}__k{chunks}__u{unroll}__b{block}__{self.target}"
+        tag = "__pdl" if dependent_launch else ""
+        self.id = f"{self.name}__w{width}__c{cols}__k{chunks}__u{unroll}__b{block}{tag}__{self.target}"
         self.arg_names, self.arg_types = window_args(chunks, direction == "backward")
         self.block = (block, 1, 1)
         self.shared_bytes = 0
@@ -140,13 +140,15 @@ class FastcatRect(KernelBase):
             "chunks": chunks,
             "unroll": unroll,
             "block": block,
+            **({"dependent_launch": True} if dependent_launch else {}),
         }
         self._emit()
 
     def __repr__(self) -> str:
         return (
             f"FastcatRect(direction={self.direction!r}, width={self.width}, cols={self.cols}, "
-            f"chunks={self.chunks}, unroll={self.unroll}, block={self.block_size}, target={self.target!r})"
+            f"chunks={self.chunks}, unroll={self.unroll}, block={self.block_size}, target={self.target!r}, "
+            f"dependent_launch={self.dependent_launch})"
         )
 
     def grid(self, rows: int, window_vectors: int) -> tuple[int, int, int]:
@@ -210,6 +212,8 @@ class FastcatRect(KernelBase):
         fn = module.entry(self.entry_point_name)
         params = {n: fn.param(n, t.ptx_type, comment=str(t)) for n, t in zip(self.arg_names, self.arg_types)}
         fn.directive(".maxntid", block, 1, 1)
+        if self.dependent_launch:
+            emit_dependent_launch(fn)
         reg = fn.reg
         row_base, pitch, rows = reg("row_base", "u64"), reg("row_pitch", "u64"), reg("rows", "u64")
         n_vec, thread = reg("window_vectors", "u32"), reg("thread", "u32")

@@ -31,7 +31,15 @@ from ..function import PtxFunction, PtxModule
 from ..kernel import KernelBase
 from ..ptxtypes import SPECIAL_REGS, Addr, Label, Reg, Vec
 from ..targets import resolve_target
-from .fastcat_common import BYTES_IN, BYTES_OUT, U64, check_block, check_choice
+from .fastcat_common import (
+    BYTES_IN,
+    BYTES_OUT,
+    U64,
+    check_block,
+    check_choice,
+    check_dependent_launch,
+    emit_dependent_launch,
+)
 
 __all__ = ["FastcatRowpack", "rowpack_rows"]
 
@@ -159,6 +167,7 @@ class FastcatRowpack(KernelBase):
         staged: bool = False,
         outputs: tuple[int, ...] | None = None,
         target: str = "sm_90",
+        dependent_launch: bool = False,
     ) -> Hashable:
         if direction not in ("backward", "forward"):
             raise ValueError(f"direction {direction!r}; accepted: 'backward', 'forward'")
@@ -185,7 +194,8 @@ class FastcatRowpack(KernelBase):
                 f"memory with block {block} and {n * pitch}-byte groups; at most {_SHARED_LIMIT}: "
                 "take a smaller block"
             )
-        return (direction, widths, block, staged, outputs, target)
+        pdl = check_dependent_launch(dependent_launch, target)
+        return (direction, widths, block, staged, outputs, target, pdl)
 
     def __init__(
         self,
@@ -196,16 +206,19 @@ class FastcatRowpack(KernelBase):
         staged: bool = False,
         outputs: tuple[int, ...] | None = None,
         target: str = "sm_90",
+        dependent_launch: bool = False,
     ) -> None:
         key = self.cache_key(
-            direction=direction, widths=widths, block=block, staged=staged, outputs=outputs, target=target
-        )
-        self.direction, self.widths, self.block_size, self.staged, outputs, self.target = key
+            direction=direction, widths=widths, block=block, staged=staged, outputs=outputs, target=target,
+            dependent_launch=dependent_launch,
+        )  # fmt: skip
+        self.direction, self.widths, self.block_size, self.staged, outputs, self.target = key[:6]
+        self.dependent_launch: bool = key[6]
         self.outputs: tuple[int, ...] = outputs if outputs is not None else tuple(range(len(self.widths)))
         self.name = f"fastcat_rowpack_{direction}"  # type: ignore[misc]
         self.pitch = sum(self.widths)
         self.rows_per_thread = rowpack_rows(self.widths, self.outputs)
-        tag = "__st" if self.staged else ""
+        tag = ("__st" if self.staged else "") + ("__pdl" if self.dependent_launch else "")
         some = "" if outputs is None else "__out" + "_".join(map(str, self.outputs))
         self.id = f"{self.name}__{'_'.join(map(str, self.widths))}{some}__b{block}{tag}__{self.target}"
         backward = direction == "backward"
@@ -226,6 +239,7 @@ class FastcatRowpack(KernelBase):
             "block": block,
             "staged": self.staged,
             "outputs": self.outputs,
+            **({"dependent_launch": True} if self.dependent_launch else {}),
         }
         self._emit()
 
@@ -233,7 +247,7 @@ class FastcatRowpack(KernelBase):
         return (
             f"FastcatRowpack(direction={self.direction!r}, widths={self.widths!r}, "
             f"block={self.block_size}, staged={self.staged!r}, "
-            f"outputs={self.outputs!r}, target={self.target!r})"
+            f"outputs={self.outputs!r}, target={self.target!r}, dependent_launch={self.dependent_launch})"
         )
 
     def footprints(
@@ -281,6 +295,8 @@ class FastcatRowpack(KernelBase):
             for name, t in zip(self.arg_names, self.arg_types)
         }
         fn.directive(".maxntid", self.block_size, 1, 1)
+        if self.dependent_launch:
+            emit_dependent_launch(fn)
         r = _Regs(fn)
         row_ptr, rows, n_groups = r.row_ptr, r.rows, r.n_groups
 

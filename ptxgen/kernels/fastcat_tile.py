@@ -30,6 +30,7 @@ from ..function import PtxFunction, PtxModule
 from ..kernel import KernelBase
 from ..ptxtypes import SPECIAL_REGS, Addr, Label, Reg, Sink, Vec
 from ..targets import resolve_target, target_capability
+from .fastcat_common import check_dependent_launch, emit_dependent_launch
 
 __all__ = ["LOADERS", "MAX_CHUNKS", "FastcatTile"]
 
@@ -178,7 +179,9 @@ class FastcatTile(KernelBase):
     """Shared-memory tile kernel for channel concatenation at any alignment.
 
     ``FastcatTile(direction=, chunks=, granule=, whole_rows=True, unroll=4, block=256,
-    loader="regs", target="sm_90")`` (the prototype's ``tile_kernel`` arguments).
+    loader="regs", target="sm_90", dependent_launch=False)`` (the prototype's
+    ``tile_kernel`` arguments, and programmatic dependent launch, see
+    :func:`~ptxgen.kernels.fastcat_common.emit_dependent_launch`).
     ``chunks`` adjacent chunks (a group) are written (backward) or read (forward) in one
     pass over the row side. ``whole_rows``: the group covers every column (fused
     split/concat), so every row-side vector moves whole; otherwise only vectors touching
@@ -220,6 +223,7 @@ class FastcatTile(KernelBase):
         block: int = 256,
         loader: str = "regs",
         target: str | None = "sm_90",
+        dependent_launch: bool = False,
     ) -> Hashable:
         if direction not in ("backward", "forward"):
             raise ValueError(f"direction {direction!r}; accepted: 'backward', 'forward'")
@@ -250,12 +254,13 @@ class FastcatTile(KernelBase):
                 f"{tile_bytes * stages + staging} bytes of static shared memory; at most {_SHARED_LIMIT} "
                 "(16*unroll*block per stage, plus staging for forward cp.async)"
             )
-        return (direction, chunks, granule, whole_rows, unroll, block, loader, target)
+        pdl = check_dependent_launch(dependent_launch, target)
+        return (direction, chunks, granule, whole_rows, unroll, block, loader, target, pdl)
 
     def __init__(self, **kwargs: Any) -> None:
         key = self.cache_key(**kwargs)
         (self.direction, self.chunks, self.granule, self.whole_rows, self.unroll, self.block_size,
-         self.loader, self.target) = key  # fmt: skip
+         self.loader, self.target, self.dependent_launch) = key  # fmt: skip
         self.name = f"fastcat_tile_{self.direction}"  # type: ignore[misc]
         self.tile_bytes = 16 * self.unroll * self.block_size
         self.stages = 2 if (self.direction == "backward" and self.loader != "regs") else 1
@@ -265,7 +270,7 @@ class FastcatTile(KernelBase):
         rows_tag = "rows" if self.whole_rows else "cols"
         self.id = (
             f"{self.name}__g{self.granule}__k{self.chunks}__{rows_tag}__u{self.unroll}"
-            f"__b{self.block_size}__{self.loader}__{self.target}"
+            f"__b{self.block_size}__{self.loader}{'__pdl' if self.dependent_launch else ''}__{self.target}"
         )
         self.info = {
             "family": "tile",
@@ -277,6 +282,7 @@ class FastcatTile(KernelBase):
             "block": self.block_size,
             "loader": self.loader,
             "tile_bytes": self.tile_bytes,
+            **({"dependent_launch": True} if self.dependent_launch else {}),
         }
         backward = self.direction == "backward"
         names: list[str] = ["row_ptr", "row_bytes", "row_pitch", "rows"]
@@ -388,6 +394,8 @@ class FastcatTile(KernelBase):
         # Forward holds `unroll` loaded vectors across the scatter: ask for fewer.
         fwd = 1 if self.direction == "backward" else 2
         fn.directive(".minnctapersm", max(1, min(1024 // B, 16 // self.unroll) // fwd))
+        if self.dependent_launch:
+            emit_dependent_launch(fn)
         self.smem = fn.shared("tile_smem", T * self.stages, align=16)
         self.staging_arr = fn.shared("tile_staging", staging, align=16) if staging else None
         self.mbar_arr = fn.shared("tile_mbar", 16, align=8) if self.loader == "bulk" else None

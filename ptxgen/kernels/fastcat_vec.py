@@ -31,8 +31,10 @@ from .fastcat_common import (
     ChunkScratch,
     check_block,
     check_choice,
+    check_dependent_launch,
     check_hint,
     data_regs,
+    emit_dependent_launch,
     ld_type,
     select_chunk,
     window_args,
@@ -240,6 +242,7 @@ class FastcatVec(KernelBase):
         streaming_stores: bool = False,
         layout: str = "block",
         load_hint: str | None = None,
+        dependent_launch: bool = False,
     ) -> Hashable:
         if direction not in _DIRECTIONS:
             raise ValueError(f"direction {direction!r}; accepted: 'backward', 'forward'")
@@ -256,7 +259,8 @@ class FastcatVec(KernelBase):
         if layout not in LAYOUTS:
             raise ValueError(f"layout {layout!r}; accepted: {', '.join(LAYOUTS)}")
         hint = check_hint(load_hint, target)
-        return (direction, width, chunks, unroll, block, target, streaming_stores, layout, hint)
+        pdl = check_dependent_launch(dependent_launch, target)
+        return (direction, width, chunks, unroll, block, target, streaming_stores, layout, hint, pdl)
 
     def __init__(
         self,
@@ -270,15 +274,18 @@ class FastcatVec(KernelBase):
         streaming_stores: bool = False,
         layout: str = "block",
         load_hint: str | None = None,
+        dependent_launch: bool = False,
     ) -> None:
         (self.direction, self.width, self.chunks, self.unroll, self.block_size, self.target,
-         self.streaming_stores, self.layout, self.load_hint) = self.cache_key(
+         self.streaming_stores, self.layout, self.load_hint, self.dependent_launch) = self.cache_key(
             direction=direction, width=width, chunks=chunks, unroll=unroll, block=block, target=target,
             streaming_stores=streaming_stores, layout=layout, load_hint=load_hint,
+            dependent_launch=dependent_launch,
         )  # fmt: skip
         self.name = f"fastcat_vec_{direction}"  # type: ignore[misc]
         tag = ("__cs" if streaming_stores else "") + f"__{layout}"
         tag += f"__{load_hint.replace('::', '_')}" if load_hint else ""
+        tag += "__pdl" if dependent_launch else ""
         self.id = f"{self.name}__w{width}__k{chunks}__u{unroll}__b{block}{tag}__{self.target}"
         self.arg_names, self.arg_types = window_args(chunks, direction == "backward")
         self.block = (block, 1, 1)
@@ -293,6 +300,7 @@ class FastcatVec(KernelBase):
             "streaming_stores": streaming_stores,
             "layout": layout,
             "load_hint": load_hint,
+            **({"dependent_launch": True} if dependent_launch else {}),
         }
         self._emit()
 
@@ -300,7 +308,8 @@ class FastcatVec(KernelBase):
         return (
             f"FastcatVec(direction={self.direction!r}, width={self.width}, chunks={self.chunks}, "
             f"unroll={self.unroll}, block={self.block_size}, target={self.target!r}, "
-            f"streaming_stores={self.streaming_stores}, layout={self.layout!r}, load_hint={self.load_hint!r})"
+            f"streaming_stores={self.streaming_stores}, layout={self.layout!r}, "
+            f"load_hint={self.load_hint!r}, dependent_launch={self.dependent_launch})"
         )
 
     # --- what a launch touches ----------------------------------------------------------
@@ -346,6 +355,8 @@ class FastcatVec(KernelBase):
         for name, t in zip(self.arg_names, self.arg_types):
             params[name] = fn.param(name, t.ptx_type, comment=str(t))
         fn.directive(".maxntid", block, 1, 1)
+        if self.dependent_launch:
+            emit_dependent_launch(fn)
         row_base, pitch, rows = fn.reg("row_base", "u64"), fn.reg("pitch", "u64"), fn.reg("rows", "u64")
         n_vec64, gtid, stride = fn.reg("n_vec64", "u64"), fn.reg("gtid", "u64"), fn.reg("stride", "u64")
         step, step_rows, tmp64 = fn.reg("step", "u64"), fn.reg("step_rows", "u64"), fn.reg("tmp64", "u64")

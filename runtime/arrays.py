@@ -300,6 +300,12 @@ def _torch_slow(param: PointerParam, value: Any) -> tuple[int, int | None]:
 _torch_dtypes: dict[Any, DType | None] = {}
 
 
+def torch_dtype_table() -> dict[Any, DType | None]:
+    """The live table behind :func:`dtype_of_torch` (torch dtype -> our dtype or None),
+    for the compiled ops' path, which reads it and leaves misses to that function."""
+    return _torch_dtypes
+
+
 def dtype_of_torch(torch_dtype: Any) -> DType | None:
     """Our dtype for a ``torch.dtype`` (None where we have none), looked up once per dtype."""
     try:

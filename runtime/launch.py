@@ -29,6 +29,16 @@ by :class:`runtime.layout.ArgumentLayout`; the driver copies it during the call,
 buffer is reused right after. Buffers come from a pool (``list.pop``/``append`` are
 atomic), so threads launching the same function never share one, without a lock.
 
+**Compiled.** Where the optional C extension :mod:`runtime._fastlaunch` was built (``pip
+install`` builds it when a C compiler is there), a function's ``launch`` and its prepared
+launches are its objects: the same fast tests, in C, with the buffer packed on the stack
+and cuLaunchKernel (cuLaunchKernelEx for a dependent kernel) called at the address found
+in libcuda. Whatever they do not take at once (another array type, a failed test, a
+footprint to compute that raises, a failed driver call) goes to the generated Python
+function with the call's arguments, before anything was launched; every error message
+is that function's. ``PTXGEN_COMPILED_LAUNCH=0`` (or :func:`use_compiled_launch`) keeps
+the Python path.
+
 **The context.** The launch does not ask the driver which context is current: a
 ``CUfunction`` belongs to its module's context. If the call fails (no context on a
 fresh thread, say), the device's context is made current and the launch is tried once
@@ -37,6 +47,7 @@ more; a second failure raises :class:`runtime.CudaError`.
 
 from __future__ import annotations
 
+import importlib
 import os
 import struct
 import sys
@@ -58,7 +69,16 @@ from .stream import Stream, stream_handle
 if TYPE_CHECKING:
     from .device import Device
 
-__all__ = ["BINDINGS", "Binding", "Launcher", "PreparedLaunch", "binding", "check_int_pointers"]
+__all__ = [
+    "BINDINGS",
+    "Binding",
+    "Launcher",
+    "PreparedLaunch",
+    "binding",
+    "check_int_pointers",
+    "compiled_launch_available",
+    "use_compiled_launch",
+]
 
 BINDINGS = ("cuda.bindings", "cffi", "ctypes")  # the default order, cheapest call first (measured)
 _ENV = "PTXGEN_LAUNCH_BINDING"
@@ -76,6 +96,8 @@ class Binding(Protocol):
     ``returns_tuple`` is set. ``launch_kernel_ex(config, f, params, extra)``, where not
     None, is ``cuLaunchKernelEx`` with a config that :meth:`config` made; ``dependent``
     there adds programmatic stream serialization (programmatic dependent launch).
+    ``entry_points()`` gives the addresses of the C functions it calls (see
+    :func:`driver_entry_points`), for the compiled launch path.
     """
 
     name: str
@@ -99,6 +121,8 @@ class Binding(Protocol):
         dependent: bool = False,
     ) -> Any: ...
 
+    def entry_points(self) -> tuple[int, int]: ...
+
 
 def _symbol() -> str:
     """The entry point cuda-bindings itself would call: the per-thread default stream
@@ -108,6 +132,27 @@ def _symbol() -> str:
         if os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM")
         else "cuLaunchKernel"
     )
+
+
+_entry_points: list[tuple[int, int]] = []
+
+
+def driver_entry_points() -> tuple[int, int]:
+    """The addresses of ``cuLaunchKernel`` and ``cuLaunchKernelEx`` in libcuda (their
+    ``_ptsz`` variants under CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM, as
+    :func:`_symbol` says); 0 for one the driver lacks (Ex before CUDA 12.0)."""
+    if not _entry_points:
+        import ctypes
+
+        lib = ctypes.CDLL(_LIBCUDA)
+        found = []
+        for name in (_symbol(), _symbol().replace("cuLaunchKernel", "cuLaunchKernelEx")):
+            try:
+                found.append(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0)
+            except AttributeError:
+                found.append(0)
+        _entry_points.append((found[0], found[1]))
+    return _entry_points[0]
 
 
 class _Streams(dict):
@@ -136,6 +181,9 @@ class _IntHandles:
 
     def config(self, *geometry: Any, dependent: bool = False) -> None:
         return None  # no cuLaunchKernelEx here: a dependent kernel launches without the attribute
+
+    def entry_points(self) -> tuple[int, int]:
+        return driver_entry_points()
 
 
 class _Cffi(_IntHandles):
@@ -189,6 +237,9 @@ class _CudaBindings:
 
     def function(self, handle: int) -> Any:
         return self._function(handle)
+
+    def entry_points(self) -> tuple[int, int]:
+        return driver_entry_points()
 
     def config(
         self,
@@ -280,6 +331,56 @@ def check_int_pointers(on: bool) -> bool:
         for launcher in list(_launchers):
             launcher.set_int_checks(on)
     return old
+
+
+# --- the compiled path ----------------------------------------------------------------
+
+try:  # built by `pip install` where a C compiler is found
+    _fastlaunch: Any = importlib.import_module(f"{__package__}._fastlaunch")
+    _fastlaunch_missing = ""
+except ModuleNotFoundError:  # not built: the Python path launches alone
+    _fastlaunch = None
+    _fastlaunch_missing = "it was not compiled at install (no C compiler found?)"
+except ImportError as err:  # built, but for another Python or platform
+    _fastlaunch = None
+    _fastlaunch_missing = f"it does not load: {err}"
+_OFF = ("0", "false", "no", "off")
+_use_compiled = [os.environ.get("PTXGEN_COMPILED_LAUNCH", "").strip().lower() not in _OFF]
+
+# CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION in cuda.h's CUlaunchAttributeID
+PROGRAMMATIC_STREAM_SERIALIZATION = 6
+
+
+def compiled_launch_available() -> str:
+    """Why the compiled launch path cannot be used, or "" where it can (the extension
+    was built and imports)."""
+    return "" if _fastlaunch is not None else f"runtime._fastlaunch is not built ({_fastlaunch_missing})"
+
+
+def use_compiled_launch(on: bool) -> bool:
+    """Whether functions resolved from now on launch through the compiled path where it
+    is built (on by default; ``PTXGEN_COMPILED_LAUNCH=0`` turns it off at import);
+    returns the old setting. Functions already resolved keep theirs; the ops' calls
+    read it each time (:func:`compiled_ops`)."""
+    if not isinstance(on, bool):
+        raise TypeError(f"use_compiled_launch takes True or False, not {on!r}")
+    old, _use_compiled[0] = _use_compiled[0], on
+    return old
+
+
+def compiled_ops(table: dict[Any, Any]) -> Any:
+    """A ``runtime._fastlaunch.QuickOps`` over the ops' quick-call table, or None where
+    the extension is not built. See :mod:`runtime.ops`."""
+    if _fastlaunch is None:
+        return None
+    return _fastlaunch.QuickOps(
+        table=table, device_array=DeviceArray, stream_class=Stream, stream_handle=stream_handle
+    )
+
+
+def compiled_on() -> bool:
+    """Whether the compiled path is built and :func:`use_compiled_launch` is on."""
+    return _use_compiled[0] and _fastlaunch is not None
 
 
 # --- prepared launches ----------------------------------------------------------------
@@ -711,6 +812,11 @@ class Launcher:
     before touching memory, so every launch carries programmatic stream serialization,
     through ``cuLaunchKernelEx``. A binding without it (cffi, ctypes) launches such a
     kernel plainly: the same results, without the overlap.
+
+    ``compiled``: ``launch`` and prepared launches go through :mod:`runtime._fastlaunch`
+    (see above), with the generated functions behind them (``python_launch``). None:
+    where it is built, :func:`use_compiled_launch` is on and the binding gives its entry
+    points; True insists (ImportError where it is not built); False: never.
     """
 
     def __init__(
@@ -727,8 +833,10 @@ class Launcher:
         binding: Binding,
         footprints: Callable[..., Sequence[Footprint]] | None = None,
         dependent_launch: bool = False,
+        compiled: bool | None = None,
     ) -> None:
         self.name = name
+        self.handle = handle
         self.layout = layout
         self.binding = binding
         self._device = device
@@ -773,19 +881,86 @@ class Launcher:
         self._is_closed = False
         self._function = binding.function(handle)
         miss = (_Miss, _Miss, _Miss, _Miss, None, 0, None, None)  # matches no launch
+        self._fast: Any = None
         with _launchers_lock:  # no check_int_pointers() call between reading it and registering
+            self._int_checks_on = _int_checks[0]
             functions = namespace["build"](
                 True, self._function, self._pool, layout.new_buffer, layout.struct.pack_into,
                 self._launch_kernel, binding.launch_kernel_ex, config, self._relaunch, self._closed,
                 ordered, check_geometry, stream_handle, binding.streams, Stream, DeviceArray, _Miss,
                 self._slow_pointer, scalar_value, miss, self._footprints_at, self._footprint,
-                self._footprint_fail, _int_checks[0], struct.error, self._out_of_range, *constants,
+                self._footprint_fail, self._int_checks_on, struct.error, self._out_of_range, *constants,
             )  # fmt: skip
+            self.launch, self.pack, self._prepare, self._close, self._bind_torch, self._check_ints = functions
+            self.python_launch = self.launch
+            if compiled or (compiled is None and _use_compiled[0] and _fastlaunch is not None):
+                self._fast = self._compiled(binding, block, max_threads_per_block, dependent_launch, compiled)
             _launchers.add(self)
-            self._int_checks_on = _int_checks[0]
-        self.launch, self.pack, self._prepare, self._close, self._bind_torch, self._check_ints = functions
+        if self._fast is not None:
+            self.launch = self._fast
         if "torch" in sys.modules:
             self._use_torch()
+
+    def _compiled(
+        self,
+        binding: Binding,
+        block: tuple[int, int, int] | None,
+        max_threads: int,
+        dependent: bool,
+        insist: bool | None,
+    ) -> Any:
+        """The compiled launch (a ``runtime._fastlaunch.Launch``), or None where this
+        function or binding cannot have one: a binding without entry points, a driver
+        without cuLaunchKernelEx for a dependent kernel, more parameters or a larger
+        buffer than the C path holds on its stack."""
+        why = compiled_launch_available()
+        entry_points = getattr(binding, "entry_points", None)
+        if not why and entry_points is None:
+            why = f"the {binding.name} binding gives no entry points"
+        if not why:
+            launch_kernel, launch_kernel_ex = entry_points()
+            if dependent and not launch_kernel_ex:
+                why = "the driver has no cuLaunchKernelEx for this dependent kernel"
+            elif len(self.params) > _fastlaunch.MAX_PARAMS or self.layout.size > _fastlaunch.MAX_BUFFER:
+                why = f"{len(self.params)} parameters in {self.layout.size} bytes is more than it holds"
+        if why:
+            if insist:
+                raise ImportError(f"{self.name}: no compiled launch: {why}")
+            return None
+        specs: list[tuple[Any, ...]] = []
+        for p, slot in zip(self.params, self.layout.slots):
+            if isinstance(p, PointerParam):
+                specs.append(("pointer", slot.offset, p.itemsize - 1, p.ordinal, p.key))
+            else:
+                specs.append(("scalar", slot.offset, slot.size, p.min, p.max, *_packed_range(p)))
+        device = self._device
+        fits = block is not None and all(0 < b <= m for b, m in zip(block, device.max_block))
+        if block is not None and not (fits and block[0] * block[1] * block[2] <= max_threads):
+            block = (0, 0, 0)  # one the device cannot run: no launch passes, the Python path says why
+        return _fastlaunch.Launch(
+            fallback=self.python_launch,
+            params=specs,
+            function=self.handle,
+            launch_kernel=launch_kernel,
+            launch_kernel_ex=launch_kernel_ex,
+            device_array=DeviceArray,
+            stream_class=Stream,
+            stream_handle=stream_handle,
+            max_grid=device.max_grid,
+            max_block=device.max_block,
+            max_threads=max_threads,
+            max_shared=device.max_shared_memory_per_block,
+            block=block,
+            footprint=self._footprint_need if self._footprints is not None else None,
+            dependent=dependent,
+            attribute_id=PROGRAMMATIC_STREAM_SERIALIZATION,
+            check_ints=self._int_checks_on,
+        )
+
+    @property
+    def compiled(self) -> bool:
+        """Whether ``launch`` and prepared launches go through the compiled path."""
+        return self._fast is not None
 
     def prepare(
         self,
@@ -798,6 +973,11 @@ class Launcher:
         live = stream if stream.__class__ is Stream else None
         handle = live.handle if live is not None else stream_handle(stream)
         prepared, raw = self._prepare(*grid, *block, shared_mem, handle, self.binding.streams[handle], live)
+        if self._fast is not None:
+            fixed = dict(launch=self._fast, grid=grid, block=block, shared_mem=shared_mem)
+            fixed["stream_handle"] = handle
+            raw = _fastlaunch.Prepared(fallback=raw, stream=live, raw=True, **fixed)
+            prepared = _fastlaunch.Prepared(fallback=prepared, stream=live, raw=False, **fixed)
         prepared.raw = raw
         prepared.grid, prepared.block, prepared.shared_mem, prepared.stream = grid, block, shared_mem, stream
         prepared.__name__ = prepared.__qualname__ = f"prepared_{self.name}"
@@ -811,6 +991,8 @@ class Launcher:
             raise TypeError(f"set_int_checks takes True or False, not {on!r}")
         self._int_checks_on = on
         self._check_ints(on)
+        if self._fast is not None:
+            self._fast.set_check_ints(on)
 
     @property
     def closed(self) -> bool:
@@ -819,6 +1001,8 @@ class Launcher:
     def close(self) -> None:
         self._is_closed = True
         self._close()
+        if self._fast is not None:
+            self._fast.close()
 
     def _closed(self) -> None:
         if _driver.forked:
@@ -891,6 +1075,13 @@ class Launcher:
         cache[key] = result
         return result
 
+    def _footprint_need(self, *geometry_and_key: Any) -> tuple[int, ...]:
+        """:meth:`_footprint`'s answer for the compiled path, which keeps the last one."""
+        *geometry, key = geometry_and_key  # gx, gy, gz, bx, by, bz, the scalars' key
+        cache = self._footprints_at(tuple(geometry))
+        need = cache.get(key)
+        return need if need is not None else self._footprint(cache, key)
+
     def _footprint_fail(self, need: tuple[int, ...], given: tuple[Any, ...]) -> None:
         """Raise the error that names the argument, what the launch needs and what was given."""
         pointers = [p for p in self.params if isinstance(p, PointerParam)]
@@ -920,6 +1111,8 @@ class Launcher:
         self._torch_bound = True
         if hasattr(torch.Tensor, "nbytes"):  # the fast test reads it (torch 2.1+); older: the full check
             self._bind_torch(torch.Tensor, *dtypes)
+            if self._fast is not None:
+                self._fast.bind_torch(torch.Tensor, tuple(dtypes))
 
     def _relaunch(
         self, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int, stream: Any, buf: ParamBuffer

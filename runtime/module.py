@@ -215,15 +215,25 @@ class Function:
             self.layout.check_against_driver(drv, handle, name, module.kernel.source)
             self._build_launcher(binding())
 
-    def make_launcher(self, launch_binding: Binding | str | None = None) -> Launcher:
+    def make_launcher(
+        self, launch_binding: Binding | str | None = None, *, compiled: bool | None = None
+    ) -> Launcher:
         """A launch path of its own for this function, through ``launch_binding`` (a
         :class:`runtime.launch.Binding` or its name, ``"cffi"``, ``"ctypes"`` or
-        ``"cuda.bindings"``; None: the default). For measuring and testing the bindings;
-        ``launch`` is the default one's."""
-        if self.layout is None:
-            self._no_launcher()
+        ``"cuda.bindings"``; None: the default). ``compiled`` as
+        :class:`runtime.launch.Launcher` takes it; by default a named binding gets the
+        generated Python functions alone (so that its own call is what launches), the
+        default binding the compiled path where it is built. For measuring and testing
+        the paths; ``launch`` is the default one's."""
+        if compiled is None and launch_binding is not None:
+            compiled = False
         if launch_binding is None or isinstance(launch_binding, str):
             launch_binding = binding(launch_binding)
+        return self._new_launcher(launch_binding, compiled)
+
+    def _new_launcher(self, launch_binding: Binding, compiled: bool | None) -> Launcher:
+        if self.layout is None:
+            self._no_launcher()
         launcher = Launcher(
             name=self.name,
             handle=self.handle,
@@ -236,6 +246,7 @@ class Function:
             binding=launch_binding,
             footprints=self._declared_footprints(),
             dependent_launch=self._dependent_launch(),
+            compiled=compiled,
         )
         if self.module.closed:
             launcher.close()
@@ -258,7 +269,7 @@ class Function:
 
     def _build_launcher(self, launch_binding: Binding) -> None:
         """Generate this function's launch path (see :mod:`runtime.launch`)."""
-        self._launcher = self.make_launcher(launch_binding)
+        self._launcher = self._new_launcher(launch_binding, None)  # compiled where it is built
         # The launcher's functions become this object's ``launch`` and ``pack_args``
         # (instance attributes win over the methods below), so a launch is one call.
         self.launch = self._launcher.launch  # type: ignore[method-assign]

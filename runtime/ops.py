@@ -26,7 +26,8 @@ from typing import Any, NamedTuple
 
 from ptxgen.dtypes import DTYPES, DType
 
-from .arrays import allocation_of, dtype_of_torch
+from . import launch as _launch
+from .arrays import allocation_of, dtype_of_torch, torch_dtype_table
 from .device import Device, device_of
 from .interop import describe
 from .memory import DeviceArray
@@ -66,6 +67,8 @@ def _torch_tensor_class() -> type | None:
     """``torch.Tensor`` once torch has been imported (by anyone), remembered; else None."""
     torch = sys.modules.get("torch")
     if torch is not None:
+        if _tensor_class[0] is None and _quick_c is not None:
+            _quick_c.bind_torch(torch.Tensor, torch_dtype_table())
         _tensor_class[0] = torch.Tensor
     return _tensor_class[0]
 
@@ -480,6 +483,9 @@ class _QuickCall(NamedTuple):
 
 
 _quick_calls: dict[tuple[Any, ...], _QuickCall] = {}
+# The same checks in C (runtime._fastlaunch.QuickOps), for calls whose entries this table
+# and its launch functions already hold; None where the extension is not built.
+_quick_c = _launch.compiled_ops(_quick_calls)
 
 
 def _torch_facts(value: Any) -> tuple[int, int, tuple[int, ...], DType, int, bool] | None:
@@ -687,6 +693,13 @@ def channel_cat_backward(
     every argument is valid; the launches are queued on ``stream`` and not waited for.
     """
     op = "channel_cat_backward"
+    if (
+        out is not None
+        and _quick_c is not None
+        and _launch.compiled_on()
+        and _quick_c.split(dy, sizes, dim, out, stream)
+    ):
+        return list(out)
     handle = stream_handle(stream)
     if out is not None and _backward_quick(dy, sizes, dim, out, handle):
         return list(out)
@@ -745,6 +758,13 @@ def channel_cat_forward(xs: Sequence[Any], dim: int = 1, *, out: Any = None, str
     launched unless every argument is valid; the launches are queued on ``stream``.
     """
     op = "channel_cat_forward"
+    if (
+        out is not None
+        and _quick_c is not None
+        and _launch.compiled_on()
+        and _quick_c.join(xs, dim, out, stream)
+    ):
+        return out
     handle = stream_handle(stream)
     if (xs.__class__ is not list and xs.__class__ is not tuple) and (
         isinstance(xs, (str, bytes)) or not isinstance(xs, Sequence)

@@ -66,9 +66,8 @@ class Context:
                 self.modules[name] = f"{name} is not importable here ({type(err).__name__}: {err})"
         self._spin = dev.load(SPIN).function
         self._spin_ns = int(spin_us * 1000)
-        self._flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+        self._flush = torch.ones(FLUSH_BYTES // 8, dtype=torch.int64, device="cuda")
         self._events: list[tuple[Any, Any]] = []
-        self.flush_each_run = True
         self.tune_reps = tune_reps
         self.tile_choices = tile_choices  # tile shapes the tuned Triton peer tries per piece
 
@@ -93,11 +92,12 @@ class Context:
 
     def _prelude(self, rep: int) -> None:
         self._spin.launch((1, 1, 1), SPIN.block, (self._spin_ns,))
-        if self.flush_each_run:
-            check(
-                "cuMemsetD8Async",
-                self.drv.cuMemsetD8Async(self._flush.data_ptr(), rep & 0xFF, FLUSH_BYTES, 0),
-            )
+        # Read 256 MB of an unrelated buffer: every method starts with the 60 MB L2
+        # holding clean lines it has no use for. A memset here left 60 MB of dirty
+        # lines that each method paid to write back; and without a flush, what a
+        # method found in L2 depended on the method before it (one that had just
+        # written the same output left ~5% less for the next to do).
+        self._flush_sum = self._flush.sum()
 
     def time_runs(self, runs: dict[str, Any], reps: int) -> tuple[dict[str, list[float]], dict[str, str]]:
         """Milliseconds of each of ``reps`` runs of every callable, interleaved run by run.
@@ -163,7 +163,6 @@ def make_buffers(ctx: Context, case: Case) -> Buffers:
 def run_case(ctx: Context, case: Case, methods: list[Method], reps: int, warmup: int) -> list[dict[str, Any]]:
     buffers = make_buffers(ctx, case)
     traffic = case.traffic()
-    ctx.flush_each_run = traffic < FLUSH_BYTES
     runners: dict[str, Runner] = {}
     entries: dict[str, dict[str, Any]] = {}
     for m in methods:
@@ -383,9 +382,10 @@ and Triton. Raw numbers: `results.json`; per shape: `bandwidth.png`.
   poisoned outputs and is compared bit for bit with PyTorch's slicing (`correct`).
 - CUDA events around one run of the op on the default stream. Before each run a spin
   kernel holds the GPU while the host queues the op, so host launch cost stays out of
-  device time (the launch path has its own benchmark), and where the case moves less
-  than 256 MB a 256 MB memset flushes the 60 MB L2. Methods interleave run by run; the
-  median of the runs after warm-up is reported.
+  device time (the launch path has its own benchmark), and then a read of an unrelated
+  256 MB buffer fills the 60 MB L2 with clean lines of no use to anyone: every method,
+  whatever ran before it, starts alike. Methods interleave run by run; the median of
+  the runs after warm-up is reported.
 - Honest traffic: bytes written plus every 32-byte sector of the source holding
   needed bytes (`bench_cases.sector_bytes`): a slice narrower than a sector still
   costs the sector. DRAM delivers 64-byte units, so gathers are also shown against

@@ -11,8 +11,9 @@ into a poisoned output and the result is compared element by element.
     bare driver call:   cuLaunchKernel with a prebuilt void**, through cuda.bindings,
                         cffi (ABI mode) and ctypes
     this project:       prepared.raw (trusted ints), prepared launches, Function.launch
-                        (checked) with int pointers, DeviceArray and torch tensors;
-                        Function.launch through each binding
+                        (checked) with int pointers, DeviceArray and torch tensors, through
+                        the compiled path (runtime._fastlaunch, where built) and through the
+                        generated Python functions alone; the Python path through each binding
     graph replay:       100 captured launches, replayed; wall time per launch: of the seed
                         kernel, of the fast kernel the planner picks for the same gather
                         (plain, and with programmatic dependent launch) and of the op
@@ -67,9 +68,16 @@ LABELS = {
     "checked_device_array": "Function.launch, DeviceArray",
     "checked_torch": "Function.launch, torch tensors",
     "checked_device_array_new_grid": "Function.launch, DeviceArray, kernel.grid()/block computed per launch",
-    "checked_device_array_via_cffi": "Function.launch, DeviceArray, launcher through cffi",
-    "checked_device_array_via_ctypes": "Function.launch, DeviceArray, launcher through ctypes",
-    "checked_device_array_via_cuda_bindings": "Function.launch, DeviceArray, launcher through cuda.bindings",
+    "checked_device_array_via_cffi": "Function.launch, DeviceArray, Python launch path through cffi",
+    "checked_device_array_via_ctypes": "Function.launch, DeviceArray, Python launch path through ctypes",
+    "checked_device_array_via_cuda_bindings": (
+        "Function.launch, DeviceArray, Python launch path through cuda.bindings"
+    ),
+    "raw_int_python": "prepared.raw(...), int pointers, Python launch path",
+    "prepared_device_array_python": "prepared(...), DeviceArray, Python launch path",
+    "checked_int_python": "Function.launch, int pointers, Python launch path",
+    "checked_device_array_python": "Function.launch, DeviceArray, Python launch path",
+    "checked_torch_python": "Function.launch, torch tensors, Python launch path",
     "graph_replay_per_launch": "graph replay, 100 captured launches, per launch (wall)",
     "graph_replay_1_block_per_launch": "graph replay, 100 captured 1-block launches, per launch (wall)",
     "graph_replay_fastcat_per_launch": (
@@ -83,6 +91,7 @@ LABELS = {
         "graph replay, 100 captured runtime.channel_cat_backward(dy, sizes, out=[a, b]), per op (wall)"
     ),
     "cuda_core_launch": "cuda.core launch, same PTX",
+    "cuda_core_launch_torch": "cuda.core launch, same PTX, torch tensors' data_ptr() read per launch",
     "cupy_rawmodule": "CuPy RawModule kernel, same PTX",
     "torch_copy": "torch dx.copy_(dy.narrow(1, off, c))",
     "triton": "Triton kernel, the same copy",
@@ -223,9 +232,17 @@ def main(argv: list[str] | None = None) -> int:
     paths["checked_device_array_new_grid"] = lambda: launch(
         kernel.grid(N, CHUNK), kernel.block, arrays, stream=stream
     )
+    # the generated Python functions alone, as where runtime._fastlaunch is not built
+    python = fn.make_launcher(compiled=False)
+    python_prepared = python.prepare(grid, block, 0, stream)
+    python_raw = python_prepared.raw
+    paths["raw_int_python"] = lambda: python_raw(*ints)
+    paths["prepared_device_array_python"] = lambda: python_prepared(*arrays)
+    paths["checked_int_python"] = lambda: python.launch(grid, block, ints, stream=stream)
+    paths["checked_device_array_python"] = lambda: python.launch(grid, block, arrays, stream=stream)
     for name in launch_module.BINDINGS:
         try:
-            via = fn.make_launcher(name).launch
+            via = fn.make_launcher(name, compiled=False).launch
         except (ImportError, OSError) as err:
             notes[f"checked_device_array_via_{name.replace('.', '_')}"] = f"not measured: {err}"
             continue
@@ -238,8 +255,10 @@ def main(argv: list[str] | None = None) -> int:
         targs = (tdy, tdx, *scalars)
         paths["prepared_torch"] = lambda: prepared(*targs)
         paths["checked_torch"] = lambda: launch(grid, block, targs, stream=stream)
+        paths["checked_torch_python"] = lambda: python.launch(grid, block, targs, stream=stream)
     else:
-        notes["prepared_torch"] = notes["checked_torch"] = "not measured: torch is not installed"
+        for key in ("prepared_torch", "checked_torch", "checked_torch_python"):
+            notes[key] = "not measured: torch is not installed"
     for name in paths:
         checks.setdefault(name, paths[name])
 
@@ -251,6 +270,13 @@ def main(argv: list[str] | None = None) -> int:
         peer_sync["cuda_core_launch"] = peer_stream
     except Exception as err:
         notes["cuda_core_launch"] = f"not measured: {type(err).__name__}: {err}"
+    if torch is not None:
+        try:
+            peer, peer_stream = cuda_core_peer(kernel, grid, block, ints, (tdy, tdx))
+            paths["cuda_core_launch_torch"] = checks["cuda_core_launch_torch"] = peer
+            peer_sync["cuda_core_launch_torch"] = peer_stream
+        except Exception as err:
+            notes["cuda_core_launch_torch"] = f"not measured: {type(err).__name__}: {err}"
     try:
         peer, peer_stream = cupy_peer(kernel, grid, block, dy, dx)
         paths["cupy_rawmodule"] = checks["cupy_rawmodule"] = peer
@@ -342,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
         "default_binding": launch_module.binding().name,
+        "compiled_launch": fn.launcher.compiled,
+        "compiled_launch_missing": launch_module.compiled_launch_available(),
         "python": sys.version.split()[0],
         "versions": versions(),
         "method": f"median of {args.reps} batches of {args.batch} launches (host time per launch), "
@@ -361,7 +389,11 @@ def main(argv: list[str] | None = None) -> int:
 # --- peers and the graph ------------------------------------------------------------------
 
 
-def cuda_core_peer(kernel: Any, grid: tuple, block: tuple, ints: tuple) -> tuple[Callable, Callable]:
+def cuda_core_peer(
+    kernel: Any, grid: tuple, block: tuple, ints: tuple, tensors: tuple | None = None
+) -> tuple[Callable, Callable]:
+    """cuda.core's launch of the same PTX; with ``tensors`` (dy, dx), their addresses read
+    per launch with ``data_ptr()``, as a cuda.core user holding torch tensors would."""
     try:
         from cuda.core import Device, LaunchConfig, ObjectCode, launch
     except ImportError:
@@ -372,7 +404,11 @@ def cuda_core_peer(kernel: Any, grid: tuple, block: tuple, ints: tuple) -> tuple
     k = code.get_kernel(kernel.entry_point_name)
     stream = device.create_stream()
     config = LaunchConfig(grid=grid, block=block)
-    args = (ints[0], ints[1], *(np.uint32(v) for v in ints[2:]))  # ints go as 64-bit pointers
+    scalars = tuple(np.uint32(v) for v in ints[2:])  # ints go as 64-bit pointers
+    if tensors is not None:
+        dy, dx = tensors
+        return (lambda: launch(stream, config, k, dy.data_ptr(), dx.data_ptr(), *scalars)), stream.sync
+    args = (ints[0], ints[1], *scalars)
     return (lambda: launch(stream, config, k, *args)), stream.sync
 
 
@@ -543,7 +579,13 @@ def markdown(record: dict) -> str:
         "",
         f"{record['gpu']}, driver {record['driver']}, {record['date']}; Python {record['python']}; "
         + ", ".join(f"{k} {v}" for k, v in record["versions"].items())
-        + f"; default launch binding: {record['default_binding']}.",
+        + f"; default launch binding: {record['default_binding']}; launch path: "
+        + (
+            "compiled (runtime._fastlaunch), the generated Python functions behind it"
+            if record.get("compiled_launch")
+            else f"the generated Python functions ({record.get('compiled_launch_missing') or 'compiled off'})"
+        )
+        + ".",
         "",
         f"Host microseconds per launch: {record['method']}. Produced by `python scripts/bench_launch.py`;",
         "numbers in `launch.json`. The ratio is to the bare cuda.bindings call of the same run.",
@@ -561,8 +603,12 @@ def markdown(record: dict) -> str:
         if key in us and base:
             ratio = us[key] / base
             lines.append(f"| {LABELS[key]} ≤ {limit}× bare | {ratio:.3f}× | {yes(ratio <= limit)} |")
-    for key in ("checked_int", "checked_device_array", "checked_torch"):
-        for peer in ("cuda_core_launch", "torch_copy"):
+    for key, peers in (
+        ("checked_int", ("cuda_core_launch", "torch_copy")),
+        ("checked_device_array", ("cuda_core_launch", "torch_copy")),
+        ("checked_torch", ("cuda_core_launch", "cuda_core_launch_torch", "torch_copy")),
+    ):
+        for peer in peers:
             if key in us and peer in us:
                 measured = f"{us[key]:.2f} vs {us[peer]:.2f} µs"
                 lines.append(f"| {LABELS[key]} < {LABELS[peer]} | {measured} | {yes(us[key] < us[peer])} |")

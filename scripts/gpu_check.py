@@ -41,7 +41,7 @@ def tree_hash(root: Path = ROOT) -> str:
         for p in (root / folder).rglob("*")
         if p.is_file()
         and not _EXCLUDED_DIRS.intersection(p.relative_to(root).parts)
-        and p.suffix not in (".pyc", ".o")
+        and p.suffix not in (".pyc", ".o", ".so", ".pyd")  # compiled here from the hashed C source
     )
     for path in files:
         digest.update(path.relative_to(root).as_posix().encode() + b"\0")
@@ -79,6 +79,10 @@ def environment() -> dict[str, object]:
         info["driver"] = f"{version} ({cuda})" if version else cuda
     else:
         info["unavailable"] = reason
+    from runtime import launch
+
+    # "" where the suite's launches went through runtime._fastlaunch, else why not
+    info["compiled_launch_missing"] = launch.compiled_launch_available()
     try:
         from importlib.metadata import version as dist_version
 

@@ -43,6 +43,26 @@ def cupy(dev):
     return pytest.importorskip("cupy")
 
 
+@pytest.fixture(params=["python", "compiled"])
+def launch_path(request):
+    """Runs a test once through each launch path: the generated Python functions, and
+    runtime._fastlaunch where it is built (skipped with the reason where it is not).
+    Launchers built in the test with a recording binding take that path; the GPU
+    tests' functions take it through :func:`runtime.launch.use_compiled_launch`."""
+    from launch_util import RecordingBinding
+
+    from runtime import launch
+
+    compiled = request.param == "compiled"
+    if compiled and launch.compiled_launch_available():
+        pytest.skip(launch.compiled_launch_available())
+    old = launch.use_compiled_launch(compiled)
+    RecordingBinding.compiled = compiled
+    yield request.param
+    RecordingBinding.compiled = False
+    launch.use_compiled_launch(old)
+
+
 @pytest.fixture
 def fresh_plans():
     """The ops plan anew in this test, and what they planned (under patched planner

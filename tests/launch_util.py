@@ -30,6 +30,31 @@ class Call:
     params: list[int]  # the void** read back: one address per parameter
     slots: list[bytes]  # the bytes each address pointed at, copied during the call
     via: str  # "cuLaunchKernel" or "cuLaunchKernelEx"
+    attributes: tuple = ()  # a C config's launch attributes: (id, first int of the value)
+    compiled: bool = False  # made by runtime._fastlaunch through the C entry points
+
+
+# cuLaunchKernel and cuLaunchKernelEx as C functions, for the compiled launch path
+C_LAUNCH = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_uint64, *[ctypes.c_uint] * 7, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64
+)
+C_LAUNCH_EX = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64
+)
+
+
+class LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute
+    _fields_ = [("id", ctypes.c_uint32), ("pad", ctypes.c_uint32), ("value", ctypes.c_int * 16)]
+
+
+class LaunchConfig(ctypes.Structure):  # CUlaunchConfig
+    _fields_ = [
+        ("dims", ctypes.c_uint * 6),
+        ("shared", ctypes.c_uint),
+        ("stream", ctypes.c_uint64),
+        ("attrs", ctypes.POINTER(LaunchAttribute)),
+        ("num_attrs", ctypes.c_uint),
+    ]
 
 
 class RecordingBinding:
@@ -40,13 +65,40 @@ class RecordingBinding:
     name = "recording"
     returns_tuple = False
 
-    def __init__(self, layout: ArgumentLayout, result: int = 0, ex: bool = False) -> None:
+    compiled = False  # give C entry points (the compiled launch path uses them); set per test
+
+    def __init__(
+        self, layout: ArgumentLayout, result: int = 0, ex: bool = False, compiled: bool | None = None
+    ) -> None:
         self.layout = layout
         self.result = result  # the CUresult every call returns
+        self.c_result = None  # what the C entry points return, where not ``result``
         self.calls: list[Call] = []
         self.streams = _SameInt()
         self.launch_kernel_ex = self._launch_kernel_ex if ex else None
         self.dependent_configs = 0
+        wants_c = self.compiled if compiled is None else compiled
+        self.entry_points = self._entry_points if wants_c else None
+        self._c = (C_LAUNCH(self._c_launch), C_LAUNCH_EX(self._c_launch_ex)) if wants_c else None
+
+    def _entry_points(self) -> tuple[int, int]:
+        return tuple(ctypes.cast(f, ctypes.c_void_p).value for f in self._c)
+
+    def _c_result(self) -> int:
+        return self.result if self.c_result is None else self.c_result
+
+    def _c_launch(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) -> int:
+        self._record(
+            "cuLaunchKernel", (f, gx, gy, gz, bx, by, bz, shared, stream, params, extra), compiled=True
+        )
+        return self._c_result()
+
+    def _c_launch_ex(self, config, f, params, extra) -> int:
+        c = LaunchConfig.from_address(config)
+        attributes = tuple((c.attrs[i].id, c.attrs[i].value[0]) for i in range(c.num_attrs))
+        args = (f, *c.dims, c.shared, c.stream, params, extra)
+        self._record("cuLaunchKernelEx", args, attributes=attributes, compiled=True)
+        return self._c_result()
 
     def function(self, handle: int) -> int:
         return handle
@@ -61,13 +113,13 @@ class RecordingBinding:
     def _launch_kernel_ex(self, config, f, params, extra) -> int:
         return self._record("cuLaunchKernelEx", (f, *config, params, extra))
 
-    def _record(self, via: str, args: tuple) -> int:
+    def _record(self, via: str, args: tuple, attributes: tuple = (), compiled: bool = False) -> int:
         assert all(type(a) is int for a in args), args  # what cffi and ctypes take
         params = args[9]
         n = len(self.layout.slots)
         addresses = [ctypes.c_void_p.from_address(params + 8 * i).value or 0 for i in range(n)]
         slots = [ctypes.string_at(a, s.size) for a, s in zip(addresses, self.layout.slots)]
-        self.calls.append(Call(args, addresses, slots, via))
+        self.calls.append(Call(args, addresses, slots, via, attributes, compiled))
         return self.result
 
 

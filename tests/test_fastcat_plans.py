@@ -24,6 +24,8 @@ CASES = [
 ]
 # The kernels the plans above must use (checked, so the cases keep covering what they say).
 FAMILIES = {
+    ("backward", "u8", 5, (3, 17, 6)): ["fastcat_rect_backward"],  # small op: direct, 1-byte accesses
+    ("forward", "f16", 4, (5, 1, 8)): ["fastcat_rect_forward"],
     ("forward", "f64", 5, (2, 3, 1)): ["fastcat_rect_forward"],
     ("backward", "f64", 3, (300, 213)): ["fastcat_rect_backward"],
     ("forward", "u8", 40, (1, 3)): ["fastcat_rowpack_forward"],
@@ -79,6 +81,23 @@ def test_fast_plans_move_every_byte_and_nothing_else(case):
         got = np.frombuffer(mem.read(wide, rows * pitch), np.uint8).reshape(rows, pitch)
         want = np.concatenate([b.reshape(rows, -1) for b in piece_bytes], axis=1)
         assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("op", ["split", "concat"])
+def test_small_ops_copy_directly_and_larger_ones_through_tiles(op):
+    """Up to SMALL_OP_BYTES a side, a split or concat at a narrow granule is one rect
+    launch over the window (its cost is latency); one row more and it takes tiles."""
+    from ptxgen.kernels import fastcat as fc
+
+    sizes, pitch = [3, 5, 24], 32
+    rows = fc.SMALL_OP_BYTES // pitch
+    small = fc.choose(op, rows, sizes, 1)
+    assert [(launch.family, dict(launch.spec)["width"], launch.chunk_ids) for launch in small] == [
+        ("rect", 1, (0, 1, 2))
+    ]
+    assert [launch.family for launch in fc.choose(op, rows + 1, sizes, 1)] == ["tile"]
+    # a gather of one piece keeps its own rules whatever its size
+    assert [launch.family for launch in fc.choose("gather", 64, [40, 90, 40], 1, chunk=1)] == ["tile"]
 
 
 def test_one_piece_goes_to_the_vector_variant():

@@ -26,16 +26,19 @@ from runtime import ops, plan
 
 pytestmark = pytest.mark.gpu
 
-# (dtype, rows, half width): shapes whose fused split and concat go to rowpack, rect and
-# tiles (registers backward, cp.async forward); small, so one launch is one wave and
-# the next would start early.
+# (dtype, rows, half width): shapes whose fused split and concat go to rowpack, rect
+# (wide granules, and small ops at narrow ones) and tiles (registers backward, cp.async
+# forward: just over SMALL_OP_BYTES); small, so one launch is one wave and the next
+# would start early.
 CHAINS = [
     ("u8", 4099, 1, "fastcat_rowpack"),
     ("bf16", 20000, 3, "fastcat_rowpack"),
     ("f32", 997, 64, "fastcat_rect"),
     ("f64", 257, 5, "fastcat_rect"),
-    ("u8", 513, 37, "fastcat_tile"),
-    ("f32", 1031, 7, "fastcat_tile"),
+    ("u8", 513, 37, "fastcat_rect"),
+    ("f32", 1031, 7, "fastcat_rect"),
+    ("u8", 14173, 37, "fastcat_tile"),
+    ("f32", 18731, 7, "fastcat_tile"),
 ]
 ROUNDS = 50
 

@@ -21,6 +21,9 @@ from runtime import launch as launch_module
 from runtime.errors import CudaError
 from runtime.layout import ArgumentLayout
 
+# Every test runs through the generated Python launch functions and the compiled path.
+pytestmark = pytest.mark.usefixtures("launch_path")
+
 K = ptxgen.ChannelCatBackward("f32", 128)
 
 
@@ -66,16 +69,17 @@ def test_packed_bytes_are_the_c_struct_bytes(name, which):
 
 
 @pytest.mark.parametrize("name", LAYOUTS)
-def test_a_launch_hands_the_driver_the_packed_buffer(name):
+def test_a_launch_hands_the_driver_the_packed_buffer(name, launch_path):
     """What cuLaunchKernel reads through the void**: one address per parameter, into one
     buffer at the compiled offsets, each holding its value in its C type."""
     kernel = echo_kernel(LAYOUTS[name])
     binding = RecordingBinding(ArgumentLayout(kernel.arg_names, kernel.arg_types))
     fn = function_for(kernel, binding)
     for which in range(3):
-        values = [extremes(t)[(which + i) % 3] for i, t in enumerate(kernel.arg_types)]
+        values = tuple(extremes(t)[(which + i) % 3] for i, t in enumerate(kernel.arg_types))
         fn.launch((3, 2, 1), kernel.block, values, stream=77, shared_mem=128)
         call = binding.calls[-1]
+        assert call.compiled == (launch_path == "compiled")  # made by the path under test
         assert call.args[:9] == (0xF00D, 3, 2, 1, 32, 1, 1, 128, 77) and call.args[10] == 0
         base = call.params[0] - fn.layout.offsets[0]
         assert [a - base for a in call.params] == list(fn.layout.offsets)
@@ -350,13 +354,14 @@ def test_importing_runtime_imports_no_array_library_and_no_cffi():
     assert out.stdout.strip() == "[]"
 
 
-# --- cuLaunchKernelEx with a prebuilt config --------------------------------------------
+# --- cuLaunchKernelEx with a prebuilt config (the Python path's) ------------------------
 
 
 def test_a_repeated_launch_reuses_a_prebuilt_config():
     """The second launch in a row with the same grid, block and stream objects builds a
-    CUlaunchConfig; later ones launch through cuLaunchKernelEx with it, same values."""
-    binding = RecordingBinding(ArgumentLayout(K.arg_names, K.arg_types), ex=True)
+    CUlaunchConfig; later ones launch through cuLaunchKernelEx with it, same values.
+    (The compiled path calls cuLaunchKernel with the values: no config to convert.)"""
+    binding = RecordingBinding(ArgumentLayout(K.arg_names, K.arg_types), ex=True, compiled=False)
     fn = function_for(K, binding)
     grid, block = (6, 1, 1), (128, 1, 1)
     for i in range(4):
@@ -399,7 +404,7 @@ def test_a_failed_ex_launch_is_retried_plainly():
             super()._launch_kernel_ex(config, f, params, extra)
             return 201
 
-    binding = FailingEx(ArgumentLayout(K.arg_names, K.arg_types), ex=True)
+    binding = FailingEx(ArgumentLayout(K.arg_names, K.arg_types), ex=True, compiled=False)
     fn = function_for(K, binding)
     fn.device._activate = lambda: None
     prepared = fn.prepare(2, 128)

@@ -15,6 +15,9 @@ from test_runtime_cpu import CudaArrayLike, function_for
 import ptxgen
 from runtime.layout import ArgumentLayout
 
+# Every test runs through the generated Python launch functions and the compiled path.
+pytestmark = pytest.mark.usefixtures("launch_path")
+
 K = ptxgen.ChannelCatBackward("f32", 128)
 F = ptxgen.ChannelCatForward("u8", 64)
 

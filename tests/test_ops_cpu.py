@@ -11,7 +11,8 @@ import pytest
 
 import ptxgen
 import runtime
-from runtime import ops, plan
+from runtime import launch, ops, plan
+from runtime.arrays import torch_dtype_table
 from runtime.plan import MAX_STEPS, DeviceTraits, Problem, Ptr, Step, Variant, make_plan, seed_block_size
 
 np = pytest.importorskip("numpy")
@@ -515,12 +516,12 @@ def _device_array(device, shape, dtype, data=None):
     [((5, 17), (3, 14), -1, False), ((2, 9, 3, 4), (2, 1, 6), 1, True), ((37,), (36, 1), 0, True)],
 )
 def test_the_quick_path_launches_what_the_general_path_would(
-    emulated, monkeypatch, shape, sizes, dim, descending
+    emulated, monkeypatch, launch_path, shape, sizes, dim, descending
 ):
     """DeviceArrays with ``out`` take the quick path (the general reader is made to fail);
     it writes what numpy's split and concatenate give, and hands the driver the same
     launches as the general path. Outputs allocated in descending address order make it
-    test their overlap the long way."""
+    test their overlap the long way. Compiled, the second call is the C path's alone."""
     emulated.closed = False
     monkeypatch.setattr(ops, "device_of", lambda ordinal: emulated)
     data = np.random.default_rng().integers(-(2**63), 2**63, shape, dtype=np.int64)
@@ -533,7 +534,10 @@ def test_the_quick_path_launches_what_the_general_path_would(
 
     real = ops._recognise
     monkeypatch.setattr(ops, "_recognise", lambda *a: pytest.fail("the general path was taken"))
-    for _ in range(2):  # planned, then remembered
+    for i in range(2):  # planned, then remembered
+        if i and launch_path == "compiled":
+            for name in ("_backward_quick", "_forward_quick"):
+                monkeypatch.setattr(ops, name, lambda *a: pytest.fail("the Python quick path was taken"))
         before = len(emulated.launches)
         assert runtime.channel_cat_backward(dy, list(sizes), dim, out=out, stream=7) == out
         assert runtime.channel_cat_forward(out, dim, out=y, stream=7) is y
@@ -543,6 +547,7 @@ def test_the_quick_path_launches_what_the_general_path_would(
     assert np.array_equal(emulated.read(y, np.int64), data)
 
     monkeypatch.setattr(ops, "_recognise", real)
+    monkeypatch.setattr(ops, "_quick_c", None)
     monkeypatch.setattr(ops, "_backward_quick", lambda *a: False)
     monkeypatch.setattr(ops, "_forward_quick", lambda *a: False)
     before = len(emulated.launches)
@@ -551,7 +556,7 @@ def test_the_quick_path_launches_what_the_general_path_would(
     assert emulated.launches[before:] == quick
 
 
-def test_the_quick_path_forgets_closed_devices(emulated, monkeypatch):
+def test_the_quick_path_forgets_closed_devices(emulated, monkeypatch, launch_path):
     """A closed device's quick-path entries (and the modules they hold) go at the next
     new entry, not when the table next fills."""
     emulated.closed = False
@@ -569,7 +574,7 @@ def test_the_quick_path_forgets_closed_devices(emulated, monkeypatch):
     assert ops._quick_calls and all(c.device is other for c in ops._quick_calls.values())
 
 
-def test_the_quick_path_leaves_what_it_refuses_to_the_general_path(emulated, monkeypatch):
+def test_the_quick_path_leaves_what_it_refuses_to_the_general_path(emulated, monkeypatch, launch_path):
     """Overlap, a wrong shape, another dtype, a bool size: the quick path launches nothing
     and the general path raises the error that names the problem."""
     emulated.closed = False
@@ -621,10 +626,14 @@ class _FakeTensor:
 
 
 @pytest.fixture
-def mixed(emulated, monkeypatch):
+def mixed(emulated, monkeypatch, launch_path):
     emulated.closed = False
     monkeypatch.setattr(ops, "device_of", lambda ordinal: emulated)
     monkeypatch.setattr(ops, "_tensor_class", [_FakeTensor])
+    if launch_path == "compiled":  # a C quick path of the test's own, taking the fake tensors
+        quick = launch.compiled_ops(ops._quick_calls)
+        quick.bind_torch(_FakeTensor, torch_dtype_table())
+        monkeypatch.setattr(ops, "_quick_c", quick)
     return emulated
 
 
@@ -633,14 +642,18 @@ def _closed(a):
     return a
 
 
-def test_the_quick_path_takes_torch_tensors_and_device_arrays_together(mixed, monkeypatch):
+def test_the_quick_path_takes_torch_tensors_and_device_arrays_together(mixed, monkeypatch, launch_path):
     data = np.arange(4 * 10, dtype=np.float32).reshape(4, 10)
     dy = _FakeTensor(mixed, (4, 10), "f32", data)
     out = [_device_array(mixed, (4, 3), "f32"), _device_array(mixed, (4, 7), "f32")]
     y = _FakeTensor(mixed, (4, 10), "f32")
     monkeypatch.setattr(ops, "_recognise", lambda *a: pytest.fail("the general path was taken"))
-    runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
-    runtime.channel_cat_forward(out, 1, out=y)
+    for i in range(2):  # planned, then remembered: compiled, the C path's alone
+        if i and launch_path == "compiled":
+            for name in ("_backward_quick", "_forward_quick"):
+                monkeypatch.setattr(ops, name, lambda *a: pytest.fail("the Python quick path was taken"))
+        runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
+        runtime.channel_cat_forward(out, 1, out=y)
     assert np.array_equal(mixed.read(out[0], np.float32), data[:, :3])
     assert np.array_equal(mixed.read(out[1], np.float32), data[:, 3:])
     assert np.array_equal(mixed.read(y._array, np.float32), data)
@@ -668,3 +681,41 @@ def test_the_quick_path_refuses_closed_empty_and_overlapping_arrays_beside_tenso
         with pytest.raises(error, match=message):
             call()
     assert len(mixed.launches) == before
+
+
+def test_the_c_quick_path_leaks_no_reference(mixed, monkeypatch, launch_path):
+    """Hits, and calls it leaves to the Python path, many times over: every object's
+    reference count is what it was (sys.getrefcount)."""
+    if launch_path != "compiled":
+        pytest.skip("the C quick path's own test")
+    import gc
+    import sys
+
+    dy = _FakeTensor(mixed, (4, 10), "f32")
+    out = [_device_array(mixed, (4, 3), "f32"), _device_array(mixed, (4, 7), "f32")]
+    y = _FakeTensor(mixed, (4, 10), "f32")
+    sizes, wrong = [3, 7], [4, 6]
+    calls = [
+        lambda: runtime.channel_cat_backward(dy, sizes, 1, out=out, stream=7),
+        lambda: runtime.channel_cat_forward(out, 1, out=y, stream=7),
+        lambda: runtime.channel_cat_backward(y, sizes, -1, out=out),
+    ]
+    refused = lambda: runtime.channel_cat_backward(dy, wrong, 1, out=out)  # noqa: E731
+    for call in calls:
+        call()
+    with pytest.raises(ValueError):
+        refused()
+    watched = (dy, y, *out, sizes, wrong, dy.shape, out[0].shape, out[0].launch_key)
+    gc.collect()
+    gc.disable()  # what other tests left behind is not collected in the middle
+    try:
+        before = [sys.getrefcount(o) for o in watched]
+        for _ in range(300):
+            for call in calls:
+                call()
+            with pytest.raises(ValueError):
+                refused()
+        after = [sys.getrefcount(o) for o in watched]
+    finally:
+        gc.enable()
+    assert after == before

@@ -118,6 +118,7 @@ def test_tree_hash_covers_the_code(tmp_path):
     (tmp_path / "runtime" / "__pycache__" / "a.pyc").write_bytes(b"cache")
     (tmp_path / "examples" / "build").mkdir()
     (tmp_path / "examples" / "build" / "program").write_bytes(b"built")
+    (tmp_path / "runtime" / "_fastlaunch.cpython-312-x86_64-linux-gnu.so").write_bytes(b"built")
     assert gpu_check.tree_hash(tmp_path) == before  # caches and build outputs do not count
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "gpu-check.json").write_text("{}")

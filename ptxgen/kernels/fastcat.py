@@ -25,6 +25,7 @@ __all__ = [
     "OPS",
     "RECT_GRANULE",
     "RECT_MAX_WINDOW",
+    "SMALL_OP_BYTES",
     "WIDTHS",
     "Launch",
     "access_width",
@@ -41,6 +42,9 @@ RECT_GRANULE = 8
 RECT_MAX_WINDOW = 8192
 # Tile launches of fewer 16 KB tiles than this (one per SM of an H200) take 2 KB tiles.
 SMALL_OP_TILES = 132
+# Splits and concats of at most this many bytes a side copy directly (rect) at any granule:
+# what they cost is latency, and a tile's trip through shared memory is latency.
+SMALL_OP_BYTES = 1 << 20
 DIRECTION = {"gather": "backward", "split": "backward", "scatter": "forward", "concat": "forward"}
 
 
@@ -148,6 +152,8 @@ def choose(
       more, in rows narrower than :data:`RECT_MAX_WINDOW` bytes -> ``rect`` over the
       chunks' window, in groups of at most :data:`MAX_CHUNKS` adjacent chunks (the same
       groups below).
+    * split/concat of at most :data:`SMALL_OP_BYTES` a side, in rows under
+      :data:`RECT_MAX_WINDOW` -> ``rect`` at the smallest granule, directly.
     * split/concat otherwise -> ``tile`` over whole rows with the smallest granule;
       backward through registers, forward through cp.async staging (registers on sm_75);
       16 KB tiles, or 2 KB ones where there would be fewer than :data:`SMALL_OP_TILES`.
@@ -213,6 +219,16 @@ def choose(
         window = offs[group[-1]] + widths[group[-1]] - offs[group[0]]
         if granule >= RECT_GRANULE and window < RECT_MAX_WINDOW:
             # Every chunk moves as whole vectors: copy directly, no shared memory.
+            launches.append(_rect(direction, granule, rows, window // granule, group))
+            continue
+        if not per_chunk and rows * pitch <= SMALL_OP_BYTES and window < RECT_MAX_WINDOW:
+            # A small op costs its latency: one trip to memory and back, where a tile adds
+            # the shared-memory staging and its barriers. Measured on H200 (the benchmark's
+            # timing, L2 flushed with reads, 60 runs; events resolve about 0.5 us):
+            # 2,048 x (3+5+24) concat u8 / bf16 / f32 6.2-6.6 / 5.6-6.0 / 6.2-6.8 us as
+            # 2 KB tiles, 4.5-4.9 / 4.7-5.8 / 4.6-5.7 here (torch.cat 5.1-5.9), split
+            # 5.5-5.7 as tiles, 4.5-5.0 here; at 16,384 rows (0.5-2 MB) a tie, at 65,536
+            # rows (2-8 MB) the tiles ahead again.
             launches.append(_rect(direction, granule, rows, window // granule, group))
             continue
         whole = offs[group[0]] == 0 and offs[group[-1]] + widths[group[-1]] == pitch

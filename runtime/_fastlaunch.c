@@ -1,0 +1,1554 @@
+/*
+ * runtime._fastlaunch: the common checked launch in compiled code.
+ *
+ * The Python launch path (runtime/launch.py) generates, per function, a launch function
+ * whose checks are as short as Python allows; what is left of its cost is the
+ * interpreter itself, about half a microsecond a launch and more for torch tensors. This
+ * module does the same fast tests in C, packs the parameter buffer on the stack and
+ * calls cuLaunchKernel (cuLaunchKernelEx for a dependent kernel) through the address
+ * the binding found in libcuda. It decides nothing new:
+ *
+ *   - every value it does not recognise at once, every failed test, every error and
+ *     every failed driver call goes to the Python launch function (``fallback``) with
+ *     the call's own arguments. Nothing has been launched at that point, so the Python
+ *     path takes the call over from the start: it accepts it or raises the error that
+ *     names the problem. No error message is written here.
+ *   - the footprint answers (what a launch touches through each pointer) come from the
+ *     Python launcher, asked once per grid, block and scalars.
+ *
+ * Objects:
+ *   Launch(...)   ``launch(grid, block, args, *, stream=None, shared_mem=0)``
+ *   Prepared(...) a prepared launch (``prepared(*args)``) or its trusted ``raw(*ints)``
+ *
+ * The GIL is released around the driver call, as cuda-bindings does: cuLaunchKernel
+ * blocks while the launch queue is full. The parameter buffer lives on this call's
+ * stack, so threads never share one.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#if PY_VERSION_HEX < 0x030A0000
+#error "runtime._fastlaunch needs Python 3.10 or newer"
+#endif
+
+/* The buffer is written with memcpy of the low bytes: little-endian hosts only, which is
+ * every host CUDA runs on (x86-64, AArch64). */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "runtime._fastlaunch assumes a little-endian host"
+#endif
+
+/* --- the driver's types, as cuda.h declares them ---------------------------------- */
+
+typedef int (*launch_kernel_t)(uintptr_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                               unsigned by, unsigned bz, unsigned shared, uintptr_t stream,
+                               void **params, void **extra);
+
+typedef struct { /* CUlaunchAttribute */
+    uint32_t id;
+    uint32_t pad;
+    union {
+        char bytes[64];
+        int programmatic_stream_serialization_allowed;
+    } value;
+} launch_attribute_t;
+
+typedef struct { /* CUlaunchConfig */
+    unsigned grid[3];
+    unsigned block[3];
+    unsigned shared;
+    uintptr_t stream;
+    launch_attribute_t *attrs;
+    unsigned num_attrs;
+} launch_config_t;
+
+typedef int (*launch_kernel_ex_t)(const launch_config_t *config, uintptr_t f, void **params,
+                                  void **extra);
+
+/* What this path takes: kernels with more parameters or a larger buffer keep the Python
+ * path (the launcher does not build a Launch for them). Both live on the call's stack. */
+#define MAX_BUFFER 4096
+#define MAX_PARAMS 64
+
+/* --- parameters ------------------------------------------------------------------- */
+
+enum { POINTER = 0, SCALAR = 1 };
+
+typedef struct {
+    int kind;
+    Py_ssize_t offset; /* in the parameter buffer */
+    int size;          /* bytes: 1, 2, 4 or 8 */
+    /* scalars: the range a checked launch accepts, and the C type's (what raw packs) */
+    long long low, raw_low;
+    unsigned long long high, raw_high;
+    /* pointers */
+    uint64_t mask;          /* itemsize - 1: a tensor's address must clear it */
+    long ordinal;           /* the function's device */
+    PyObject *key;          /* the DeviceArray.launch_key an array of the right kind has */
+    PyObject *torch_dtype;  /* torch's dtype object, once torch is bound; else NULL */
+} param_t;
+
+/* The last footprint answer: for this grid and block and these scalars (as packed), the
+ * bytes each pointer's array must hold and the alignment mask its address must clear. */
+typedef struct {
+    int valid;
+    unsigned geometry[6];
+    uint64_t *scalars; /* nscalars */
+    uint64_t *need;    /* 2 per pointer: bytes, mask */
+} footprint_cache_t;
+
+/* How each attribute of a torch tensor is read (see "reading a torch tensor" below). */
+enum { T_DTYPE, T_IS_CUDA, T_NBYTES, T_GET_DEVICE, T_IS_CONTIGUOUS, T_DATA_PTR, T_SHAPE, T_REQUIRES_GRAD, T_COUNT };
+
+typedef struct {
+    PyObject *descr[T_COUNT]; /* or NULL: read by name */
+    int method[T_COUNT];      /* call the descriptor with the tensor, rather than get through it */
+} readers_t;
+
+/* --- the Launch object ------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *dict;
+    PyObject *weakrefs;
+    PyObject *fallback;      /* the generated Python launch function */
+    PyObject *device_array;  /* runtime.DeviceArray */
+    PyObject *tensor;        /* torch.Tensor once bound, else NULL */
+    readers_t readers;       /* how its attributes are read */
+    PyObject *stream_class;  /* runtime.Stream */
+    PyObject *stream_handle; /* runtime.stream.stream_handle */
+    PyObject *footprint;     /* need(gx, gy, gz, bx, by, bz, key) -> tuple, or NULL */
+    PyObject *last_stream;   /* the last stream object that was no Stream, and its handle */
+    uintptr_t last_stream_handle;
+    int open, check_ints, dependent;
+    uint32_t attribute_id;
+    uintptr_t function;
+    launch_kernel_t launch_kernel;
+    launch_kernel_ex_t launch_kernel_ex;
+    unsigned max_grid[3], max_block[3], max_threads, max_shared;
+    int fixed_block;
+    unsigned block[3];
+    Py_ssize_t nparams, npointers, nscalars, size;
+    Py_ssize_t *offsets;
+    param_t *params;
+    footprint_cache_t cache;
+} Launch;
+
+static PyTypeObject LaunchType;
+static PyTypeObject PreparedType;
+
+static PyObject *s_launch_key, *s_address, *s_nbytes, *s_dtype, *s_is_cuda, *s_get_device,
+    *s_is_contiguous, *s_data_ptr, *s_handle, *s_stream, *s_shared_mem, *s_shape, *s_name, *s_ordinal,
+    *s_closed, *s_requires_grad, *s_itemsize;
+
+/* An exact int as 64 bits; 0 (no error set) when it is no exact int or does not fit in
+ * [-2**63, 2**64). ``negative`` says how to read the bits. */
+static int int_bits(PyObject *value, uint64_t *bits, int *negative) {
+    if (!PyLong_CheckExact(value))
+        return 0;
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow == 0) {
+        if (v == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+        *bits = (uint64_t)v;
+        *negative = v < 0;
+        return 1;
+    }
+    if (overflow < 0)
+        return 0;
+    unsigned long long u = PyLong_AsUnsignedLongLong(value);
+    if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    *bits = u;
+    *negative = 0;
+    return 1;
+}
+
+static int in_range(uint64_t bits, int negative, long long low, unsigned long long high) {
+    if (negative)
+        return (long long)bits >= low; /* high is never negative */
+    return bits <= high && (low <= 0 || bits >= (uint64_t)low);
+}
+
+/* An attribute that must be an int that fits in 64 bits, unsigned. */
+static int read_u64(PyObject *obj, PyObject *name, uint64_t *out) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int negative = 0, ok = int_bits(v, out, &negative) && !negative;
+    Py_DECREF(v);
+    return ok;
+}
+
+/* --- reading a torch tensor ------------------------------------------------------- */
+/*
+ * Each attribute is read through the descriptor torch.Tensor's class holds: a data
+ * descriptor's getter, or a method called with the tensor. That skips the generic lookup
+ * (the type's cache and the tensor's instance dict), 10-30 ns a read on the benchmark's
+ * host; what the read costs inside torch stays. A name the class has no descriptor for
+ * (a test's stand-in sets attributes per instance) is read by name.
+ */
+
+static PyObject **const reader_names[T_COUNT] = {&s_dtype, &s_is_cuda, &s_nbytes, &s_get_device,
+                                                 &s_is_contiguous, &s_data_ptr, &s_shape, &s_requires_grad};
+
+static void readers_clear(readers_t *R) {
+    for (int i = 0; i < T_COUNT; i++)
+        Py_CLEAR(R->descr[i]);
+}
+
+static int readers_traverse(readers_t *R, visitproc visit, void *arg) {
+    for (int i = 0; i < T_COUNT; i++)
+        Py_VISIT(R->descr[i]);
+    return 0;
+}
+
+static void readers_bind(readers_t *R, PyObject *cls) {
+    readers_clear(R);
+    for (int i = 0; i < T_COUNT; i++) {
+        PyObject *d = PyObject_GetAttr(cls, *reader_names[i]);
+        if (d == NULL) {
+            PyErr_Clear();
+            continue;
+        }
+        PyTypeObject *t = Py_TYPE(d);
+        if (t->tp_descr_get != NULL && t->tp_descr_set != NULL) { /* data: wins over the instance */
+            R->descr[i] = d;
+            R->method[i] = 0;
+        } else if (PyObject_TypeCheck(d, &PyMethodDescr_Type) || PyFunction_Check(d)) {
+            R->descr[i] = d;
+            R->method[i] = 1;
+        } else {
+            Py_DECREF(d);
+        }
+    }
+}
+
+/* The attribute's value (a new reference), or NULL with no error set. */
+static PyObject *tensor_read(const readers_t *R, int which, PyObject *obj) {
+    PyObject *d = R->descr[which], *v;
+    if (d == NULL)
+        v = which == T_GET_DEVICE || which == T_IS_CONTIGUOUS || which == T_DATA_PTR
+                ? PyObject_CallMethodNoArgs(obj, *reader_names[which])
+                : PyObject_GetAttr(obj, *reader_names[which]);
+    else if (R->method[which])
+        v = PyObject_Vectorcall(d, &obj, 1, NULL);
+    else
+        v = Py_TYPE(d)->tp_descr_get(d, obj, (PyObject *)Py_TYPE(obj));
+    if (v == NULL)
+        PyErr_Clear();
+    return v;
+}
+
+static int tensor_is(const readers_t *R, int which, PyObject *obj, PyObject *want) {
+    PyObject *v = tensor_read(R, which, obj);
+    int same = v != NULL && v == want;
+    Py_XDECREF(v);
+    return same;
+}
+
+static int tensor_u64(const readers_t *R, int which, PyObject *obj, uint64_t *out) {
+    PyObject *v = tensor_read(R, which, obj);
+    int negative = 0, ok = v != NULL && int_bits(v, out, &negative) && !negative;
+    Py_XDECREF(v);
+    return ok;
+}
+
+/* A torch tensor the kernel can take as it is: its dtype, on this device, contiguous and
+ * not empty (the Python path's fast test, in the same order). */
+static int tensor_pointer(const readers_t *R, const param_t *p, PyObject *a, uint64_t *address,
+                          uint64_t *extent) {
+    uint64_t ordinal, nbytes;
+    if (p->torch_dtype == NULL || !tensor_is(R, T_DTYPE, a, p->torch_dtype) || !tensor_is(R, T_IS_CUDA, a, Py_True))
+        return 0;
+    if (!tensor_u64(R, T_GET_DEVICE, a, &ordinal) || ordinal != (uint64_t)p->ordinal)
+        return 0;
+    if (!tensor_is(R, T_IS_CONTIGUOUS, a, Py_True) || !tensor_u64(R, T_NBYTES, a, &nbytes) || nbytes == 0)
+        return 0;
+    if (!tensor_u64(R, T_DATA_PTR, a, address) || (*address & p->mask))
+        return 0;
+    *extent = nbytes;
+    return 1;
+}
+
+/* Checks every argument and packs it into ``buf``. 1: packed; 0: the Python path takes
+ * the call (nothing is set). ``address``/``extent`` per pointer, ``scalars`` as packed. */
+static int check_and_pack(Launch *L, PyObject *const *args, unsigned char *buf, uint64_t *address,
+                          uint64_t *extent, uint64_t *scalars) {
+    Py_ssize_t ip = 0, is = 0;
+    for (Py_ssize_t i = 0; i < L->nparams; i++) {
+        const param_t *p = &L->params[i];
+        PyObject *a = args[i];
+        uint64_t bits;
+        int negative = 0;
+        if (p->kind == SCALAR) {
+            if (!int_bits(a, &bits, &negative) || !in_range(bits, negative, p->low, p->high))
+                return 0;
+            memcpy(buf + p->offset, &bits, (size_t)p->size);
+            scalars[is++] = bits;
+            continue;
+        }
+        PyTypeObject *cls = Py_TYPE(a);
+        if ((PyObject *)cls == L->device_array) {
+            PyObject *key = PyObject_GetAttr(a, s_launch_key);
+            if (key == NULL) {
+                PyErr_Clear();
+                return 0;
+            }
+            int same = key == p->key;
+            Py_DECREF(key);
+            if (!same || !read_u64(a, s_address, &address[ip]) || !read_u64(a, s_nbytes, &extent[ip]))
+                return 0;
+        } else if (cls == &PyLong_Type) {
+            if (L->check_ints || !int_bits(a, &address[ip], &negative) || negative)
+                return 0;
+            extent[ip] = UINT64_MAX; /* an int is trusted: its extent is unknown */
+        } else if (L->tensor != NULL && (PyObject *)cls == L->tensor) {
+            if (!tensor_pointer(&L->readers, p, a, &address[ip], &extent[ip]))
+                return 0;
+        } else {
+            return 0;
+        }
+        memcpy(buf + p->offset, &address[ip], 8);
+        ip++;
+    }
+    return 1;
+}
+
+/* What the launch touches through each pointer, against each array: 1 the arrays cover
+ * it, 0 the Python path takes the call (and says which does not), -1 an error that is no
+ * Exception (KeyboardInterrupt) is set. */
+static int footprints_fit(Launch *L, footprint_cache_t *cache, const unsigned *geometry,
+                          PyObject *const *args, const uint64_t *address, const uint64_t *extent,
+                          const uint64_t *scalars) {
+    int hit = cache->valid && memcmp(cache->geometry, geometry, sizeof cache->geometry) == 0 &&
+              (L->nscalars == 0 || memcmp(cache->scalars, scalars, 8 * (size_t)L->nscalars) == 0);
+    if (!hit) {
+        /* The key the Python launcher uses: the one scalar, or a tuple of them. */
+        PyObject *key;
+        if (L->nscalars == 1) {
+            key = NULL;
+            for (Py_ssize_t i = 0; i < L->nparams; i++)
+                if (L->params[i].kind == SCALAR)
+                    key = args[i];
+            Py_INCREF(key);
+        } else {
+            key = PyTuple_New(L->nscalars);
+            if (key == NULL)
+                return -1;
+            Py_ssize_t k = 0;
+            for (Py_ssize_t i = 0; i < L->nparams; i++)
+                if (L->params[i].kind == SCALAR) {
+                    Py_INCREF(args[i]);
+                    PyTuple_SET_ITEM(key, k++, args[i]);
+                }
+        }
+        PyObject *need = PyObject_CallFunction(L->footprint, "IIIIIIN", geometry[0], geometry[1],
+                                               geometry[2], geometry[3], geometry[4], geometry[5], key);
+        if (need == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_Exception))
+                return -1;
+            PyErr_Clear();
+            return 0;
+        }
+        if (!PyTuple_CheckExact(need) || PyTuple_GET_SIZE(need) != 2 * L->npointers) {
+            Py_DECREF(need);
+            return 0;
+        }
+        uint64_t fresh[2 * MAX_PARAMS];
+        for (Py_ssize_t i = 0; i < 2 * L->npointers; i++) {
+            int negative = 0;
+            if (!int_bits(PyTuple_GET_ITEM(need, i), &fresh[i], &negative) || negative) {
+                Py_DECREF(need);
+                return 0;
+            }
+        }
+        Py_DECREF(need);
+        /* Written at once, after the call into Python: another thread may have used the
+         * cache meanwhile, and finds it whole either way. */
+        memcpy(cache->geometry, geometry, sizeof cache->geometry);
+        if (L->nscalars)
+            memcpy(cache->scalars, scalars, 8 * (size_t)L->nscalars);
+        memcpy(cache->need, fresh, 16 * (size_t)L->npointers);
+        cache->valid = 1;
+    }
+    for (Py_ssize_t i = 0; i < L->npointers; i++)
+        if (extent[i] < cache->need[2 * i] || (address[i] & cache->need[2 * i + 1]))
+            return 0;
+    return 1;
+}
+
+/* The driver call, without the GIL. 0 on success, else the CUresult. */
+static int call_driver(Launch *L, const unsigned *geometry, unsigned shared, uintptr_t stream,
+                       unsigned char *buf) {
+    void *pointers[MAX_PARAMS];
+    for (Py_ssize_t i = 0; i < L->nparams; i++)
+        pointers[i] = buf + L->params[i].offset;
+    int err;
+    if (L->dependent) {
+        launch_attribute_t attribute;
+        memset(&attribute, 0, sizeof attribute);
+        attribute.id = L->attribute_id;
+        attribute.value.programmatic_stream_serialization_allowed = 1;
+        launch_config_t config = {
+            {geometry[0], geometry[1], geometry[2]},
+            {geometry[3], geometry[4], geometry[5]},
+            shared, stream, &attribute, 1,
+        };
+        Py_BEGIN_ALLOW_THREADS
+        err = L->launch_kernel_ex(&config, L->function, pointers, NULL);
+        Py_END_ALLOW_THREADS
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        err = L->launch_kernel(L->function, geometry[0], geometry[1], geometry[2], geometry[3],
+                               geometry[4], geometry[5], shared, stream, pointers, NULL);
+        Py_END_ALLOW_THREADS
+    }
+    return err;
+}
+
+/* Three exact ints in (0, max], as a tuple. */
+static int dims(PyObject *t, const unsigned *max, unsigned *out) {
+    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 3)
+        return 0;
+    for (int i = 0; i < 3; i++) {
+        uint64_t bits;
+        int negative = 0;
+        if (!int_bits(PyTuple_GET_ITEM(t, i), &bits, &negative) || negative || bits == 0 || bits > max[i])
+            return 0;
+        out[i] = (unsigned)bits;
+    }
+    return 1;
+}
+
+/* The stream handle; 0 where the Python path must take the call (no error set). */
+static int resolve_stream(Launch *L, PyObject *stream, uintptr_t *handle) {
+    if (stream == Py_None) {
+        *handle = 0;
+        return 1;
+    }
+    uint64_t bits;
+    if ((PyObject *)Py_TYPE(stream) == L->stream_class) /* asked every time: it may be closed */
+        return read_u64(stream, s_handle, &bits) ? (*handle = (uintptr_t)bits, 1) : 0;
+    if (stream == L->last_stream) {
+        *handle = L->last_stream_handle;
+        return 1;
+    }
+    PyObject *v = PyObject_CallOneArg(L->stream_handle, stream);
+    if (v == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int negative = 0, ok = int_bits(v, &bits, &negative) && !negative;
+    Py_DECREF(v);
+    if (!ok)
+        return 0;
+    Py_INCREF(stream);
+    Py_XSETREF(L->last_stream, stream);
+    L->last_stream_handle = *handle = (uintptr_t)bits;
+    return 1;
+}
+
+static PyObject *fall_back(PyObject *fallback, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    return PyObject_Vectorcall(fallback, args, nargsf, kwnames);
+}
+
+/* 1 launched, 0 the Python path takes the call, -1 an error is set. */
+static int launch_checked(Launch *L, footprint_cache_t *cache, PyObject *const *args,
+                          const unsigned *geometry, unsigned shared, uintptr_t stream) {
+    uint64_t words[MAX_BUFFER / 8]; /* 8-byte aligned, as the widest slot needs */
+    unsigned char *buf = (unsigned char *)words;
+    uint64_t address[MAX_PARAMS], extent[MAX_PARAMS], scalars[MAX_PARAMS];
+    if (!check_and_pack(L, args, buf, address, extent, scalars))
+        return 0;
+    if (L->footprint != NULL) {
+        int fits = footprints_fit(L, cache, geometry, args, address, extent, scalars);
+        if (fits <= 0)
+            return fits;
+    }
+    return call_driver(L, geometry, shared, stream, buf) == 0;
+}
+
+static PyObject *Launch_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Launch *L = (Launch *)self;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *stream = Py_None, *shared_obj = NULL;
+    if (L->fallback == NULL) { /* cleared by the garbage collector: unreachable */
+        PyErr_SetString(PyExc_ValueError, "this launch was cleared");
+        return NULL;
+    }
+    if (!L->open || nargs != 3)
+        return fall_back(L->fallback, args, nargsf, kwnames);
+    if (kwnames != NULL) {
+        Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
+        for (Py_ssize_t k = 0; k < nk; k++) {
+            PyObject *name = PyTuple_GET_ITEM(kwnames, k);
+            if (name == s_stream || PyUnicode_Compare(name, s_stream) == 0)
+                stream = args[nargs + k];
+            else if (name == s_shared_mem || PyUnicode_Compare(name, s_shared_mem) == 0)
+                shared_obj = args[nargs + k];
+            else
+                return fall_back(L->fallback, args, nargsf, kwnames);
+        }
+    }
+    unsigned geometry[6];
+    uint64_t shared = 0;
+    if (!dims(args[0], L->max_grid, geometry) || !dims(args[1], L->max_block, geometry + 3))
+        return fall_back(L->fallback, args, nargsf, kwnames);
+    if (L->fixed_block) {
+        if (geometry[3] != L->block[0] || geometry[4] != L->block[1] || geometry[5] != L->block[2])
+            return fall_back(L->fallback, args, nargsf, kwnames);
+    } else if ((uint64_t)geometry[3] * geometry[4] * geometry[5] > L->max_threads) {
+        return fall_back(L->fallback, args, nargsf, kwnames);
+    }
+    if (shared_obj != NULL) {
+        int negative = 0;
+        if (!int_bits(shared_obj, &shared, &negative) || negative || shared > L->max_shared)
+            return fall_back(L->fallback, args, nargsf, kwnames);
+    }
+    PyObject *given = args[2];
+    if (!PyTuple_CheckExact(given) || PyTuple_GET_SIZE(given) != L->nparams)
+        return fall_back(L->fallback, args, nargsf, kwnames);
+    uintptr_t handle;
+    if (!resolve_stream(L, stream, &handle))
+        return fall_back(L->fallback, args, nargsf, kwnames);
+    int done = launch_checked(L, &L->cache, &PyTuple_GET_ITEM(given, 0), geometry, (unsigned)shared, handle);
+    if (done < 0)
+        return NULL;
+    if (!done)
+        return fall_back(L->fallback, args, nargsf, kwnames);
+    Py_RETURN_NONE;
+}
+
+/* --- construction ----------------------------------------------------------------- */
+
+static int as_unsigned(PyObject *o, unsigned *out, const char *what) {
+    unsigned long v = PyLong_AsUnsignedLong(o);
+    if (v == (unsigned long)-1 && PyErr_Occurred())
+        return 0;
+    if (v > UINT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s out of range", what);
+        return 0;
+    }
+    *out = (unsigned)v;
+    return 1;
+}
+
+static int three(PyObject *seq, unsigned *out, const char *what) {
+    PyObject *t = PySequence_Tuple(seq);
+    if (t == NULL)
+        return 0;
+    int ok = PyTuple_GET_SIZE(t) == 3;
+    if (!ok)
+        PyErr_Format(PyExc_ValueError, "%s must have three values", what);
+    for (int i = 0; ok && i < 3; i++)
+        ok = as_unsigned(PyTuple_GET_ITEM(t, i), &out[i], what);
+    Py_DECREF(t);
+    return ok;
+}
+
+static int footprint_cache_init(footprint_cache_t *cache, Py_ssize_t nscalars, Py_ssize_t npointers) {
+    cache->valid = 0;
+    cache->scalars = PyMem_Calloc((size_t)nscalars + 1, 8);
+    cache->need = PyMem_Calloc(2 * (size_t)npointers + 1, 8);
+    if (cache->scalars == NULL || cache->need == NULL) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    return 1;
+}
+
+static void footprint_cache_free(footprint_cache_t *cache) {
+    PyMem_Free(cache->scalars);
+    PyMem_Free(cache->need);
+    cache->scalars = cache->need = NULL;
+}
+
+/* One parameter from its description: ("pointer", offset, mask, ordinal, key) or
+ * ("scalar", offset, size, low, high, raw_low, raw_high). */
+static int param_init(param_t *p, PyObject *spec) {
+    const char *kind;
+    Py_ssize_t offset;
+    memset(p, 0, sizeof *p);
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) < 1) {
+        PyErr_SetString(PyExc_TypeError, "a parameter is described by a tuple");
+        return 0;
+    }
+    kind = PyUnicode_AsUTF8(PyTuple_GET_ITEM(spec, 0));
+    if (kind == NULL)
+        return 0;
+    if (strcmp(kind, "pointer") == 0) {
+        unsigned long long mask;
+        long ordinal;
+        PyObject *key;
+        if (!PyArg_ParseTuple(spec, "snKlO", &kind, &offset, &mask, &ordinal, &key))
+            return 0;
+        p->kind = POINTER;
+        p->offset = offset;
+        p->size = 8;
+        p->mask = mask;
+        p->ordinal = ordinal;
+        Py_INCREF(key);
+        p->key = key;
+    } else if (strcmp(kind, "scalar") == 0) {
+        int size;
+        long long low, raw_low;
+        unsigned long long high, raw_high;
+        if (!PyArg_ParseTuple(spec, "sniLKLK", &kind, &offset, &size, &low, &high, &raw_low, &raw_high))
+            return 0;
+        if (size != 1 && size != 2 && size != 4 && size != 8) {
+            PyErr_Format(PyExc_ValueError, "a scalar of %d bytes", size);
+            return 0;
+        }
+        p->kind = SCALAR;
+        p->offset = offset;
+        p->size = size;
+        p->low = low;
+        p->high = high;
+        p->raw_low = raw_low;
+        p->raw_high = raw_high;
+    } else {
+        PyErr_Format(PyExc_ValueError, "unknown parameter kind %s", kind);
+        return 0;
+    }
+    if (p->offset < 0 || p->offset + p->size > MAX_BUFFER) { /* the launcher keeps to both limits */
+        PyErr_SetString(PyExc_ValueError, "a parameter lies outside the parameter buffer");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *Launch_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"fallback", "params", "function", "launch_kernel", "launch_kernel_ex",
+                            "device_array", "stream_class", "stream_handle", "max_grid", "max_block",
+                            "max_threads", "max_shared", "block", "footprint", "dependent",
+                            "attribute_id", "check_ints", NULL};
+    PyObject *fallback, *specs, *device_array, *stream_class, *stream_handle, *max_grid, *max_block,
+        *block, *footprint;
+    unsigned long long function, launch_kernel, launch_kernel_ex;
+    unsigned max_threads, max_shared, attribute_id;
+    int dependent, check_ints;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOKKKOOOOOIIOOpIp", names, &fallback, &specs, &function,
+                                     &launch_kernel, &launch_kernel_ex, &device_array, &stream_class,
+                                     &stream_handle, &max_grid, &max_block, &max_threads, &max_shared,
+                                     &block, &footprint, &dependent, &attribute_id, &check_ints))
+        return NULL;
+    if (!PyCallable_Check(fallback) || !PyCallable_Check(stream_handle) ||
+        (footprint != Py_None && !PyCallable_Check(footprint))) {
+        PyErr_SetString(PyExc_TypeError, "fallback, stream_handle and footprint must be callable");
+        return NULL;
+    }
+    if (launch_kernel == 0 || (dependent && launch_kernel_ex == 0)) {
+        PyErr_SetString(PyExc_ValueError, "no driver entry point to call");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Tuple(specs);
+    if (seq == NULL)
+        return NULL;
+    Launch *L = (Launch *)type->tp_alloc(type, 0);
+    if (L == NULL) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    L->vectorcall = Launch_vectorcall;
+    L->nparams = PyTuple_GET_SIZE(seq);
+    if (L->nparams > MAX_PARAMS) {
+        PyErr_SetString(PyExc_ValueError, "too many parameters");
+        goto fail;
+    }
+    L->params = PyMem_Calloc((size_t)L->nparams + 1, sizeof(param_t));
+    if (L->params == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < L->nparams; i++) {
+        if (!param_init(&L->params[i], PyTuple_GET_ITEM(seq, i)))
+            goto fail;
+        if (L->params[i].kind == POINTER)
+            L->npointers++;
+        else
+            L->nscalars++;
+    }
+    if (!three(max_grid, L->max_grid, "max_grid") || !three(max_block, L->max_block, "max_block"))
+        goto fail;
+    if (block != Py_None) {
+        if (!three(block, L->block, "block"))
+            goto fail;
+        L->fixed_block = 1;
+    }
+    if (!footprint_cache_init(&L->cache, L->nscalars, L->npointers))
+        goto fail;
+    L->function = (uintptr_t)function;
+    L->launch_kernel = (launch_kernel_t)(uintptr_t)launch_kernel;
+    L->launch_kernel_ex = (launch_kernel_ex_t)(uintptr_t)launch_kernel_ex;
+    L->max_threads = max_threads;
+    L->max_shared = max_shared;
+    L->dependent = dependent;
+    L->attribute_id = attribute_id;
+    L->check_ints = check_ints;
+    L->open = 1;
+    Py_INCREF(fallback);
+    L->fallback = fallback;
+    Py_INCREF(device_array);
+    L->device_array = device_array;
+    Py_INCREF(stream_class);
+    L->stream_class = stream_class;
+    Py_INCREF(stream_handle);
+    L->stream_handle = stream_handle;
+    if (footprint != Py_None) {
+        Py_INCREF(footprint);
+        L->footprint = footprint;
+    }
+    Py_DECREF(seq);
+    return (PyObject *)L;
+fail:
+    Py_DECREF(seq);
+    Py_DECREF(L);
+    return NULL;
+}
+
+static int Launch_traverse(Launch *L, visitproc visit, void *arg) {
+    Py_VISIT(L->dict);
+    Py_VISIT(L->fallback);
+    Py_VISIT(L->device_array);
+    Py_VISIT(L->tensor);
+    Py_VISIT(L->stream_class);
+    Py_VISIT(L->stream_handle);
+    Py_VISIT(L->footprint);
+    Py_VISIT(L->last_stream);
+    readers_traverse(&L->readers, visit, arg);
+    for (Py_ssize_t i = 0; L->params != NULL && i < L->nparams; i++) {
+        Py_VISIT(L->params[i].key);
+        Py_VISIT(L->params[i].torch_dtype);
+    }
+    return 0;
+}
+
+static int Launch_clear(Launch *L) {
+    L->open = 0; /* a launch after this goes to the (cleared) fallback: never reached */
+    Py_CLEAR(L->dict);
+    Py_CLEAR(L->fallback);
+    Py_CLEAR(L->device_array);
+    Py_CLEAR(L->tensor);
+    Py_CLEAR(L->stream_class);
+    Py_CLEAR(L->stream_handle);
+    Py_CLEAR(L->footprint);
+    Py_CLEAR(L->last_stream);
+    readers_clear(&L->readers);
+    for (Py_ssize_t i = 0; L->params != NULL && i < L->nparams; i++) {
+        Py_CLEAR(L->params[i].key);
+        Py_CLEAR(L->params[i].torch_dtype);
+    }
+    return 0;
+}
+
+static void Launch_dealloc(Launch *L) {
+    PyObject_GC_UnTrack(L);
+    if (L->weakrefs != NULL)
+        PyObject_ClearWeakRefs((PyObject *)L);
+    Launch_clear(L);
+    PyMem_Free(L->params);
+    footprint_cache_free(&L->cache);
+    Py_TYPE(L)->tp_free((PyObject *)L);
+}
+
+static PyObject *Launch_close(Launch *L, PyObject *unused) {
+    L->open = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Launch_set_check_ints(Launch *L, PyObject *on) {
+    int v = PyObject_IsTrue(on);
+    if (v < 0)
+        return NULL;
+    L->check_ints = v;
+    Py_RETURN_NONE;
+}
+
+/* bind_torch(tensor_class, dtypes): one dtype (or None) per pointer parameter. */
+static PyObject *Launch_bind_torch(Launch *L, PyObject *args) {
+    PyObject *tensor, *dtypes;
+    if (!PyArg_ParseTuple(args, "OO!", &tensor, &PyTuple_Type, &dtypes))
+        return NULL;
+    if (PyTuple_GET_SIZE(dtypes) != L->npointers) {
+        PyErr_SetString(PyExc_ValueError, "one dtype per pointer parameter");
+        return NULL;
+    }
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < L->nparams; i++) {
+        if (L->params[i].kind != POINTER)
+            continue;
+        PyObject *d = PyTuple_GET_ITEM(dtypes, k++);
+        if (d == Py_None) {
+            Py_CLEAR(L->params[i].torch_dtype);
+        } else {
+            Py_INCREF(d);
+            Py_XSETREF(L->params[i].torch_dtype, d);
+        }
+    }
+    Py_INCREF(tensor);
+    Py_XSETREF(L->tensor, tensor);
+    readers_bind(&L->readers, tensor);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Launch_get_open(Launch *L, void *unused) { return PyBool_FromLong(L->open); }
+
+static PyMethodDef Launch_methods[] = {
+    {"close", (PyCFunction)Launch_close, METH_NOARGS, "Every later launch goes to the Python path."},
+    {"set_check_ints", (PyCFunction)Launch_set_check_ints, METH_O,
+     "Whether int addresses go to the Python path (which asks the driver about them)."},
+    {"bind_torch", (PyCFunction)Launch_bind_torch, METH_VARARGS,
+     "bind_torch(tensor_class, dtypes): recognise torch tensors, one dtype per pointer."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Launch_getset[] = {
+    {"open", (getter)Launch_get_open, NULL, "False once closed.", NULL},
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject LaunchType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "runtime._fastlaunch.Launch",
+    .tp_basicsize = sizeof(Launch),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "launch(grid, block, args, *, stream=None, shared_mem=0): the checked launch in C; "
+              "whatever it does not take at once goes to the Python launch function.",
+    .tp_new = Launch_new,
+    .tp_dealloc = (destructor)Launch_dealloc,
+    .tp_traverse = (traverseproc)Launch_traverse,
+    .tp_clear = (inquiry)Launch_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Launch, vectorcall),
+    .tp_dictoffset = offsetof(Launch, dict),
+    .tp_weaklistoffset = offsetof(Launch, weakrefs),
+    .tp_methods = Launch_methods,
+    .tp_getset = Launch_getset,
+};
+
+/* --- prepared launches ------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *dict;
+    Launch *launch;
+    PyObject *fallback; /* the Python prepared launch (or its raw) */
+    PyObject *stream;   /* the runtime.Stream launched on, asked whether it is open; or NULL */
+    uintptr_t stream_handle;
+    unsigned geometry[6], shared;
+    int raw;
+    footprint_cache_t cache;
+} Prepared;
+
+/* raw(*values): ints in their C types' ranges, packed as they are. */
+static int pack_raw(Launch *L, PyObject *const *args, unsigned char *buf) {
+    for (Py_ssize_t i = 0; i < L->nparams; i++) {
+        const param_t *p = &L->params[i];
+        uint64_t bits;
+        int negative = 0;
+        if (!int_bits(args[i], &bits, &negative))
+            return 0;
+        if (p->kind == SCALAR ? !in_range(bits, negative, p->raw_low, p->raw_high) : negative)
+            return 0;
+        memcpy(buf + p->offset, &bits, (size_t)p->size);
+    }
+    return 1;
+}
+
+static PyObject *Prepared_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Prepared *P = (Prepared *)self;
+    Launch *L = P->launch;
+    if (L == NULL || P->fallback == NULL) { /* cleared by the garbage collector: unreachable */
+        PyErr_SetString(PyExc_ValueError, "this prepared launch was cleared");
+        return NULL;
+    }
+    if (!L->open || kwnames != NULL || PyVectorcall_NARGS(nargsf) != L->nparams)
+        return fall_back(P->fallback, args, nargsf, kwnames);
+    uintptr_t handle = P->stream_handle;
+    if (P->stream != NULL && !P->raw) { /* raises (in the Python path) once the Stream is closed */
+        uint64_t bits;
+        if (!read_u64(P->stream, s_handle, &bits))
+            return fall_back(P->fallback, args, nargsf, kwnames);
+        handle = (uintptr_t)bits;
+    }
+    int done;
+    if (P->raw) {
+        uint64_t words[MAX_BUFFER / 8];
+        unsigned char *buf = (unsigned char *)words;
+        done = pack_raw(L, args, buf) && call_driver(L, P->geometry, P->shared, handle, buf) == 0;
+    } else {
+        done = launch_checked(L, &P->cache, args, P->geometry, P->shared, handle);
+        if (done < 0)
+            return NULL;
+    }
+    if (!done)
+        return fall_back(P->fallback, args, nargsf, kwnames);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Prepared_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"launch", "fallback", "grid", "block", "shared_mem", "stream_handle",
+                            "stream", "raw", NULL};
+    PyObject *launch, *fallback, *grid, *block, *stream;
+    unsigned shared;
+    unsigned long long handle;
+    int raw;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOOIKOp", names, &LaunchType, &launch, &fallback, &grid,
+                                     &block, &shared, &handle, &stream, &raw))
+        return NULL;
+    if (!PyCallable_Check(fallback)) {
+        PyErr_SetString(PyExc_TypeError, "fallback must be callable");
+        return NULL;
+    }
+    Prepared *P = (Prepared *)type->tp_alloc(type, 0);
+    if (P == NULL)
+        return NULL;
+    P->vectorcall = Prepared_vectorcall;
+    if (!three(grid, P->geometry, "grid") || !three(block, P->geometry + 3, "block") ||
+        !footprint_cache_init(&P->cache, ((Launch *)launch)->nscalars, ((Launch *)launch)->npointers)) {
+        Py_DECREF(P);
+        return NULL;
+    }
+    Py_INCREF(launch);
+    P->launch = (Launch *)launch;
+    Py_INCREF(fallback);
+    P->fallback = fallback;
+    if (stream != Py_None) {
+        Py_INCREF(stream);
+        P->stream = stream;
+    }
+    P->stream_handle = (uintptr_t)handle;
+    P->shared = shared;
+    P->raw = raw;
+    return (PyObject *)P;
+}
+
+static int Prepared_traverse(Prepared *P, visitproc visit, void *arg) {
+    Py_VISIT(P->dict);
+    Py_VISIT(P->launch);
+    Py_VISIT(P->fallback);
+    Py_VISIT(P->stream);
+    return 0;
+}
+
+static int Prepared_clear(Prepared *P) {
+    Py_CLEAR(P->dict);
+    Py_CLEAR(P->launch);
+    Py_CLEAR(P->fallback);
+    Py_CLEAR(P->stream);
+    return 0;
+}
+
+static void Prepared_dealloc(Prepared *P) {
+    PyObject_GC_UnTrack(P);
+    Prepared_clear(P);
+    footprint_cache_free(&P->cache);
+    Py_TYPE(P)->tp_free((PyObject *)P);
+}
+
+static PyGetSetDef Prepared_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject PreparedType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "runtime._fastlaunch.Prepared",
+    .tp_basicsize = sizeof(Prepared),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A prepared launch in C (or its trusted raw form); see runtime.launch.PreparedLaunch.",
+    .tp_new = Prepared_new,
+    .tp_dealloc = (destructor)Prepared_dealloc,
+    .tp_traverse = (traverseproc)Prepared_traverse,
+    .tp_clear = (inquiry)Prepared_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Prepared, vectorcall),
+    .tp_dictoffset = offsetof(Prepared, dict),
+    .tp_getset = Prepared_getset,
+};
+
+/* --- the ops' common call ---------------------------------------------------------- */
+/*
+ * runtime/ops.py checks the common call of channel_cat_backward / channel_cat_forward
+ * (DeviceArrays or plain CUDA torch tensors with ``out``, a shape seen before) in Python
+ * (_backward_quick, _forward_quick). QuickOps does the same in C for calls whose entries
+ * are already in its tables: the quick-call table (``_quick_calls``: what a shape decides)
+ * and each entry's launch functions per alignment. Anything else, a first call included,
+ * answers False having done nothing, and the Python quick path takes the call (it fills
+ * the tables). The launch functions are the ops' own (they call prepared raw launches).
+ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *table;         /* ops._quick_calls */
+    PyObject *device_array;  /* runtime.DeviceArray */
+    PyObject *tensor;        /* torch.Tensor once bound, else NULL */
+    readers_t readers;       /* how its attributes are read */
+    PyObject *torch_dtypes;  /* torch dtype -> DType (arrays._torch_dtypes), once bound */
+    PyObject *stream_class;  /* runtime.Stream */
+    PyObject *stream_handle; /* runtime.stream.stream_handle */
+    PyObject *last_stream;   /* the last stream object that was no Stream, and its handle */
+    uintptr_t last_stream_handle;
+} QuickOps;
+
+
+#define MAX_PIECES 15 /* the alignment key holds 4 bits per array in 64 */
+
+typedef struct {
+    uint64_t address, nbytes;
+    PyObject *shape; /* new reference */
+    PyObject *dtype; /* the DType; borrowed from the launch key or the dtype table */
+    PyObject *key;   /* new reference: a DeviceArray's launch key, else NULL */
+    long ordinal;
+    int writable;
+} facts_t;
+
+static void facts_clear(facts_t *f) {
+    Py_CLEAR(f->shape);
+    Py_CLEAR(f->key);
+}
+
+static int read_bool(PyObject *obj, PyObject *name, int want_true) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int ok = v == (want_true ? Py_True : Py_False);
+    Py_DECREF(v);
+    return ok;
+}
+
+/* ops._wide_facts / _torch_facts: an open, non-empty DeviceArray, or a contiguous, non-empty
+ * CUDA tensor of a dtype we have. 1 filled in; 0 not the common case. */
+static int array_facts(QuickOps *Q, PyObject *v, facts_t *f) {
+    memset(f, 0, sizeof *f);
+    PyObject *cls = (PyObject *)Py_TYPE(v);
+    uint64_t bits;
+    if (cls == Q->device_array) {
+        f->key = PyObject_GetAttr(v, s_launch_key); /* (device, dtype) while open and not empty */
+        if (f->key == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        if (!PyTuple_CheckExact(f->key) || PyTuple_GET_SIZE(f->key) != 2)
+            goto no;
+        f->dtype = PyTuple_GET_ITEM(f->key, 1);
+        if (!read_u64(PyTuple_GET_ITEM(f->key, 0), s_ordinal, &bits))
+            goto no;
+        f->ordinal = (long)bits;
+        if (!read_u64(v, s_address, &f->address) || !read_u64(v, s_nbytes, &f->nbytes))
+            goto no;
+        f->shape = PyObject_GetAttr(v, s_shape);
+        if (f->shape == NULL) {
+            PyErr_Clear();
+            goto no;
+        }
+        f->writable = 1;
+        return 1;
+    }
+    if (Q->tensor == NULL || cls != Q->tensor)
+        return 0;
+    const readers_t *R = &Q->readers;
+    if (!tensor_u64(R, T_NBYTES, v, &f->nbytes) || f->nbytes == 0 || !tensor_is(R, T_IS_CUDA, v, Py_True))
+        return 0;
+    if (!tensor_is(R, T_IS_CONTIGUOUS, v, Py_True))
+        return 0;
+    PyObject *torch_dtype = tensor_read(R, T_DTYPE, v);
+    if (torch_dtype == NULL)
+        return 0;
+    f->dtype = PyDict_GetItemWithError(Q->torch_dtypes, torch_dtype); /* the table keeps it */
+    Py_DECREF(torch_dtype);
+    if (f->dtype == NULL || f->dtype == Py_None) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (!tensor_u64(R, T_DATA_PTR, v, &f->address))
+        return 0;
+    f->shape = tensor_read(R, T_SHAPE, v);
+    if (f->shape == NULL)
+        return 0;
+    if (!tensor_u64(R, T_GET_DEVICE, v, &bits))
+        goto no;
+    f->ordinal = (long)bits;
+    PyObject *grad = tensor_read(R, T_REQUIRES_GRAD, v);
+    if (grad == NULL)
+        goto no;
+    f->writable = grad == Py_False; /* a tensor that requires grad is not written behind autograd */
+    Py_DECREF(grad);
+    return 1;
+no:
+    facts_clear(f);
+    return 0;
+}
+
+/* Another array of the op: the wide array's device and dtype (its launch key, where it has
+ * one, says both at once). */
+static int same_kind(const facts_t *f, const facts_t *wide) {
+    if (f->key != NULL && f->key == wide->key)
+        return 1;
+    return f->dtype == wide->dtype && f->ordinal == wide->ordinal;
+}
+
+static int quick_stream(QuickOps *Q, PyObject *stream, uintptr_t *handle) {
+    uint64_t bits;
+    if (stream == Py_None) {
+        *handle = 0;
+        return 1;
+    }
+    if ((PyObject *)Py_TYPE(stream) == Q->stream_class)
+        return read_u64(stream, s_handle, &bits) ? (*handle = (uintptr_t)bits, 1) : 0;
+    if (stream == Q->last_stream) {
+        *handle = Q->last_stream_handle;
+        return 1;
+    }
+    PyObject *v = PyObject_CallOneArg(Q->stream_handle, stream);
+    if (v == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int negative = 0, ok = int_bits(v, &bits, &negative) && !negative;
+    Py_DECREF(v);
+    if (!ok)
+        return 0;
+    Py_INCREF(stream);
+    Py_XSETREF(Q->last_stream, stream);
+    Q->last_stream_handle = *handle = (uintptr_t)bits;
+    return 1;
+}
+
+/* The table's entry for ``key`` (a new reference), while its device is open; else NULL. */
+static PyObject *quick_entry(QuickOps *Q, PyObject *key) {
+    PyObject *call = PyDict_GetItemWithError(Q->table, key);
+    if (call == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (!PyTuple_Check(call) || PyTuple_GET_SIZE(call) != 4) /* (device, shapes, record, launches) */
+        return NULL;
+    if (!read_bool(PyTuple_GET_ITEM(call, 0), s_closed, 0))
+        return NULL;
+    Py_INCREF(call);
+    return call;
+}
+
+/* Calls the entry's launch function for ``aligns``: 1 launched, 0 none there yet, -1 error. */
+static int quick_launch(PyObject *call, uint64_t aligns, uint64_t wide, const uint64_t *pieces, Py_ssize_t n) {
+    PyObject *launches = PyTuple_GET_ITEM(call, 3);
+    if (!PyDict_Check(launches))
+        return 0;
+    PyObject *key = PyLong_FromUnsignedLongLong(aligns);
+    if (key == NULL)
+        return -1;
+    PyObject *launch = PyDict_GetItemWithError(launches, key);
+    Py_DECREF(key);
+    if (launch == NULL) {
+        if (PyErr_Occurred())
+            return -1;
+        return 0;
+    }
+    Py_INCREF(launch);
+    PyObject *values[MAX_PIECES + 1];
+    Py_ssize_t made = 0;
+    int result = -1;
+    values[made] = PyLong_FromUnsignedLongLong(wide);
+    if (values[made] == NULL)
+        goto done;
+    for (made = 1; made <= n; made++) {
+        values[made] = PyLong_FromUnsignedLongLong(pieces[made - 1]);
+        if (values[made] == NULL)
+            goto done;
+    }
+    PyObject *r = PyObject_Vectorcall(launch, values, (size_t)(n + 1), NULL);
+    if (r != NULL) {
+        Py_DECREF(r);
+        result = 1;
+    }
+done:
+    for (Py_ssize_t i = 0; i < made; i++)
+        Py_DECREF(values[i]);
+    Py_DECREF(launch);
+    return result;
+}
+
+/* Whether no two byte ranges [start[i], start[i] + size[i]) share a byte. */
+static int disjoint(uint64_t *start, uint64_t *size, Py_ssize_t n) {
+    for (Py_ssize_t i = 1; i < n; i++) { /* insertion sort by start: a handful of pieces */
+        uint64_t s = start[i], z = size[i];
+        Py_ssize_t j = i - 1;
+        while (j >= 0 && start[j] > s) {
+            start[j + 1] = start[j];
+            size[j + 1] = size[j];
+            j--;
+        }
+        start[j + 1] = s;
+        size[j + 1] = z;
+    }
+    for (Py_ssize_t i = 1; i < n; i++)
+        if (start[i] < start[i - 1] + size[i - 1])
+            return 0;
+    return 1;
+}
+
+static PyObject *key_tuple(Py_ssize_t lead, PyObject *const *first, PyObject *const *rest, Py_ssize_t nrest) {
+    PyObject *key = PyTuple_New(lead + nrest);
+    if (key == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < lead; i++) {
+        PyTuple_SET_ITEM(key, i, first[i]); /* steals: the caller made these */
+    }
+    for (Py_ssize_t i = 0; i < nrest; i++) {
+        Py_INCREF(rest[i]);
+        PyTuple_SET_ITEM(key, lead + i, rest[i]);
+    }
+    return key;
+}
+
+/* split(dy, sizes, dim, out, stream) -> bool: ops._backward_quick for a call it has seen. */
+static PyObject *QuickOps_split(QuickOps *Q, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "split(dy, sizes, dim, out, stream)");
+        return NULL;
+    }
+    PyObject *dy = args[0], *sizes = args[1], *dim = args[2], *out = args[3];
+    if ((!PyList_CheckExact(out) && !PyTuple_CheckExact(out)) || !PyLong_CheckExact(dim))
+        Py_RETURN_FALSE;
+    if (!PyList_CheckExact(sizes) && !PyTuple_CheckExact(sizes))
+        Py_RETURN_FALSE;
+    Py_ssize_t nsizes = PySequence_Fast_GET_SIZE(sizes), nout = PySequence_Fast_GET_SIZE(out);
+    PyObject **size_items = PySequence_Fast_ITEMS(sizes);
+    for (Py_ssize_t i = 0; i < nsizes; i++)
+        if (!PyLong_CheckExact(size_items[i])) /* a bool equals 1 as a key, but is refused */
+            Py_RETURN_FALSE;
+    if (nout > MAX_PIECES)
+        Py_RETURN_FALSE;
+    uintptr_t handle;
+    if (!quick_stream(Q, args[4], &handle))
+        Py_RETURN_FALSE;
+    facts_t wide, piece;
+    if (!array_facts(Q, dy, &wide))
+        Py_RETURN_FALSE;
+    PyObject *call = NULL, *result = Py_False;
+    PyObject *first[5] = {wide.shape, dim, PyObject_GetAttr(wide.dtype, s_name),
+                          PyLong_FromLong(wide.ordinal), PyLong_FromUnsignedLongLong(handle)};
+    if (first[2] == NULL || first[3] == NULL || first[4] == NULL) {
+        Py_XDECREF(first[2]);
+        Py_XDECREF(first[3]);
+        Py_XDECREF(first[4]);
+        PyErr_Clear();
+        goto done;
+    }
+    Py_INCREF(wide.shape);
+    Py_INCREF(dim);
+    PyObject *key = key_tuple(5, first, size_items, nsizes);
+    if (key == NULL) {
+        PyErr_Clear();
+        goto done;
+    }
+    call = quick_entry(Q, key);
+    Py_DECREF(key);
+    if (call == NULL)
+        goto done;
+    PyObject *wants = PyTuple_GET_ITEM(call, 1);
+    if (!PyTuple_Check(wants) || PyTuple_GET_SIZE(wants) != nout)
+        goto done;
+    uint64_t end = wide.address + wide.nbytes, itemsize = 0;
+    {
+        uint64_t size;
+        PyObject *v = PyObject_GetAttr(wide.dtype, s_itemsize);
+        int negative = 0, ok = v != NULL && int_bits(v, &size, &negative) && !negative && size > 0;
+        Py_XDECREF(v);
+        if (!ok) {
+            PyErr_Clear();
+            goto done;
+        }
+        itemsize = size;
+    }
+    uint64_t mask = itemsize - 1, aligns = wide.address & 15, last = 0;
+    uint64_t starts[MAX_PIECES], lengths[MAX_PIECES], pieces[MAX_PIECES];
+    int ordered = 1;
+    PyObject **outs = PySequence_Fast_ITEMS(out);
+    for (Py_ssize_t i = 0; i < nout; i++) {
+        if (!array_facts(Q, outs[i], &piece))
+            goto done;
+        int eq = PyObject_RichCompareBool(piece.shape, PyTuple_GET_ITEM(wants, i), Py_EQ);
+        int fits = eq == 1 && same_kind(&piece, &wide) && piece.writable;
+        uint64_t p = piece.address, n = piece.nbytes;
+        facts_clear(&piece);
+        if (eq < 0)
+            PyErr_Clear();
+        if (!fits || (p & mask) || (p < end && wide.address < p + n)) /* misaligned, or shares dy's bytes */
+            goto done;
+        if (p < last)
+            ordered = 0;
+        last = p + n;
+        starts[i] = pieces[i] = p;
+        lengths[i] = n;
+        aligns = aligns << 4 | (p & 15);
+    }
+    if ((wide.address & mask) || (!ordered && !disjoint(starts, lengths, nout)))
+        goto done;
+    int launched = quick_launch(call, aligns, wide.address, pieces, nout);
+    if (launched < 0)
+        result = NULL;
+    else if (launched)
+        result = Py_True;
+done:
+    Py_XDECREF(call);
+    facts_clear(&wide);
+    Py_XINCREF(result);
+    return result;
+}
+
+/* join(xs, dim, out, stream) -> bool: ops._forward_quick for a call it has seen. */
+static PyObject *QuickOps_join(QuickOps *Q, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "join(xs, dim, out, stream)");
+        return NULL;
+    }
+    PyObject *xs = args[0], *dim = args[1], *out = args[2];
+    if ((!PyList_CheckExact(xs) && !PyTuple_CheckExact(xs)) || !PyLong_CheckExact(dim))
+        Py_RETURN_FALSE;
+    Py_ssize_t nxs = PySequence_Fast_GET_SIZE(xs);
+    if (nxs == 0 || nxs > MAX_PIECES)
+        Py_RETURN_FALSE;
+    uintptr_t handle;
+    if (!quick_stream(Q, args[3], &handle))
+        Py_RETURN_FALSE;
+    facts_t wide, piece;
+    if (!array_facts(Q, out, &wide))
+        Py_RETURN_FALSE;
+    PyObject *call = NULL, *result = Py_False, *shapes[MAX_PIECES];
+    Py_ssize_t nshapes = 0;
+    uint64_t itemsize = 0, pieces[MAX_PIECES];
+    if (!wide.writable)
+        goto done;
+    {
+        uint64_t size;
+        PyObject *v = PyObject_GetAttr(wide.dtype, s_itemsize);
+        int negative = 0, ok = v != NULL && int_bits(v, &size, &negative) && !negative && size > 0;
+        Py_XDECREF(v);
+        if (!ok) {
+            PyErr_Clear();
+            goto done;
+        }
+        itemsize = size;
+    }
+    uint64_t mask = itemsize - 1, end = wide.address + wide.nbytes, aligns = wide.address & 15;
+    if (wide.address & mask)
+        goto done;
+    PyObject **items = PySequence_Fast_ITEMS(xs);
+    for (Py_ssize_t i = 0; i < nxs; i++) { /* inputs may share memory with each other, not with y */
+        if (!array_facts(Q, items[i], &piece))
+            goto done;
+        int fits = same_kind(&piece, &wide);
+        uint64_t p = piece.address, n = piece.nbytes;
+        shapes[nshapes++] = piece.shape; /* kept for the key */
+        piece.shape = NULL;
+        facts_clear(&piece);
+        if (!fits || (p & mask) || (p < end && wide.address < p + n))
+            goto done;
+        pieces[i] = p;
+        aligns = aligns << 4 | (p & 15);
+    }
+    PyObject *first[4] = {dim, PyObject_GetAttr(wide.dtype, s_name), PyLong_FromLong(wide.ordinal),
+                          PyLong_FromUnsignedLongLong(handle)};
+    if (first[1] == NULL || first[2] == NULL || first[3] == NULL) {
+        Py_XDECREF(first[1]);
+        Py_XDECREF(first[2]);
+        Py_XDECREF(first[3]);
+        PyErr_Clear();
+        goto done;
+    }
+    Py_INCREF(dim);
+    PyObject *key = key_tuple(4, first, shapes, nshapes);
+    if (key == NULL) {
+        PyErr_Clear();
+        goto done;
+    }
+    call = quick_entry(Q, key);
+    Py_DECREF(key);
+    if (call == NULL)
+        goto done;
+    PyObject *wants = PyTuple_GET_ITEM(call, 1);
+    if (!PyTuple_Check(wants) || PyTuple_GET_SIZE(wants) != 1)
+        goto done;
+    int eq = PyObject_RichCompareBool(wide.shape, PyTuple_GET_ITEM(wants, 0), Py_EQ);
+    if (eq != 1) {
+        PyErr_Clear();
+        goto done;
+    }
+    int launched = quick_launch(call, aligns, wide.address, pieces, nxs);
+    if (launched < 0)
+        result = NULL;
+    else if (launched)
+        result = Py_True;
+done:
+    for (Py_ssize_t i = 0; i < nshapes; i++)
+        Py_DECREF(shapes[i]);
+    Py_XDECREF(call);
+    facts_clear(&wide);
+    Py_XINCREF(result);
+    return result;
+}
+
+/* bind_torch(tensor_class, dtypes): recognise torch tensors, their dtypes through the table. */
+static PyObject *QuickOps_bind_torch(QuickOps *Q, PyObject *args) {
+    PyObject *tensor, *dtypes;
+    if (!PyArg_ParseTuple(args, "OO!", &tensor, &PyDict_Type, &dtypes))
+        return NULL;
+    Py_INCREF(tensor);
+    Py_XSETREF(Q->tensor, tensor);
+    readers_bind(&Q->readers, tensor);
+    Py_INCREF(dtypes);
+    Py_XSETREF(Q->torch_dtypes, dtypes);
+    Py_RETURN_NONE;
+}
+
+static PyObject *QuickOps_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"table", "device_array", "stream_class", "stream_handle", NULL};
+    PyObject *table, *device_array, *stream_class, *stream_handle;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOO", names, &PyDict_Type, &table, &device_array,
+                                     &stream_class, &stream_handle))
+        return NULL;
+    QuickOps *Q = (QuickOps *)type->tp_alloc(type, 0);
+    if (Q == NULL)
+        return NULL;
+    Py_INCREF(table);
+    Q->table = table;
+    Py_INCREF(device_array);
+    Q->device_array = device_array;
+    Py_INCREF(stream_class);
+    Q->stream_class = stream_class;
+    Py_INCREF(stream_handle);
+    Q->stream_handle = stream_handle;
+    return (PyObject *)Q;
+}
+
+static int QuickOps_traverse(QuickOps *Q, visitproc visit, void *arg) {
+    Py_VISIT(Q->table);
+    Py_VISIT(Q->device_array);
+    Py_VISIT(Q->tensor);
+    Py_VISIT(Q->torch_dtypes);
+    Py_VISIT(Q->stream_class);
+    Py_VISIT(Q->stream_handle);
+    Py_VISIT(Q->last_stream);
+    return readers_traverse(&Q->readers, visit, arg);
+}
+
+static int QuickOps_clear(QuickOps *Q) {
+    Py_CLEAR(Q->table);
+    Py_CLEAR(Q->device_array);
+    Py_CLEAR(Q->tensor);
+    Py_CLEAR(Q->torch_dtypes);
+    Py_CLEAR(Q->stream_class);
+    Py_CLEAR(Q->stream_handle);
+    Py_CLEAR(Q->last_stream);
+    readers_clear(&Q->readers);
+    return 0;
+}
+
+static void QuickOps_dealloc(QuickOps *Q) {
+    PyObject_GC_UnTrack(Q);
+    QuickOps_clear(Q);
+    Py_TYPE(Q)->tp_free((PyObject *)Q);
+}
+
+static PyObject *QuickOps_split_checked(QuickOps *Q, PyObject *const *args, Py_ssize_t nargs) {
+    if (Q->table == NULL) {
+        PyErr_SetString(PyExc_ValueError, "cleared");
+        return NULL;
+    }
+    return QuickOps_split(Q, args, nargs);
+}
+
+static PyObject *QuickOps_join_checked(QuickOps *Q, PyObject *const *args, Py_ssize_t nargs) {
+    if (Q->table == NULL) {
+        PyErr_SetString(PyExc_ValueError, "cleared");
+        return NULL;
+    }
+    return QuickOps_join(Q, args, nargs);
+}
+
+static PyMethodDef QuickOps_methods[] = {
+    {"split", (PyCFunction)(void (*)(void))QuickOps_split_checked, METH_FASTCALL,
+     "split(dy, sizes, dim, out, stream) -> bool: launched, or False having done nothing."},
+    {"join", (PyCFunction)(void (*)(void))QuickOps_join_checked, METH_FASTCALL,
+     "join(xs, dim, out, stream) -> bool: launched, or False having done nothing."},
+    {"bind_torch", (PyCFunction)QuickOps_bind_torch, METH_VARARGS,
+     "bind_torch(tensor_class, dtypes): recognise torch tensors (dtypes: torch dtype -> DType)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject QuickOpsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "runtime._fastlaunch.QuickOps",
+    .tp_basicsize = sizeof(QuickOps),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The ops' common call in C, for calls whose table entries exist; see runtime/ops.py.",
+    .tp_new = QuickOps_new,
+    .tp_dealloc = (destructor)QuickOps_dealloc,
+    .tp_traverse = (traverseproc)QuickOps_traverse,
+    .tp_clear = (inquiry)QuickOps_clear,
+    .tp_methods = QuickOps_methods,
+};
+
+/* --- the module ------------------------------------------------------------------- */
+
+static int intern_all(void) {
+    struct { PyObject **slot; const char *text; } names[] = {
+        {&s_launch_key, "launch_key"}, {&s_address, "address"}, {&s_nbytes, "nbytes"},
+        {&s_dtype, "dtype"}, {&s_is_cuda, "is_cuda"}, {&s_get_device, "get_device"},
+        {&s_is_contiguous, "is_contiguous"}, {&s_data_ptr, "data_ptr"}, {&s_handle, "handle"},
+        {&s_stream, "stream"}, {&s_shared_mem, "shared_mem"}, {&s_shape, "shape"},
+        {&s_name, "name"}, {&s_ordinal, "ordinal"}, {&s_closed, "closed"},
+        {&s_requires_grad, "requires_grad"}, {&s_itemsize, "itemsize"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        *names[i].slot = PyUnicode_InternFromString(names[i].text);
+        if (*names[i].slot == NULL)
+            return 0;
+    }
+    return 1;
+}
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "runtime._fastlaunch",
+    .m_doc = "The checked launch in compiled code; see runtime/_fastlaunch.c.",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__fastlaunch(void) {
+    if (!intern_all() || PyType_Ready(&LaunchType) < 0 || PyType_Ready(&PreparedType) < 0 ||
+        PyType_Ready(&QuickOpsType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&LaunchType);
+    Py_INCREF(&PreparedType);
+    Py_INCREF(&QuickOpsType);
+    if (PyModule_AddObject(m, "Launch", (PyObject *)&LaunchType) < 0 ||
+        PyModule_AddObject(m, "QuickOps", (PyObject *)&QuickOpsType) < 0 ||
+        PyModule_AddObject(m, "Prepared", (PyObject *)&PreparedType) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_BUFFER", MAX_BUFFER) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_PARAMS", MAX_PARAMS) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,364 @@
+"""The compiled launch path (runtime._fastlaunch) without a GPU: C entry points that
+record each call stand in for libcuda's. What it takes itself, it must pack exactly as
+the Python path does; everything else must reach the Python path with nothing launched;
+it must not leak, share buffers between threads or keep launchers alive."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import re
+import struct
+import sys
+import threading
+import weakref
+from types import SimpleNamespace
+
+import pytest
+from launch_util import LAYOUTS, RecordingBinding, echo_kernel, extremes
+from test_runtime_cpu import CudaArrayLike, FakeDevice, function_for
+
+import ptxgen
+import runtime
+from ptxgen.kernels import FastcatVec
+from runtime import launch
+from runtime.layout import ArgumentLayout
+from runtime.memory import DeviceArray
+
+pytestmark = pytest.mark.skipif(
+    bool(launch.compiled_launch_available()), reason=launch.compiled_launch_available() or "built"
+)
+
+K = ptxgen.ChannelCatBackward("f32", 128)  # dy, dx, chunk_c, c_total, chunk_offset; footprints
+
+
+def compiled(kernel, **options):
+    binding = RecordingBinding(ArgumentLayout(kernel.arg_names, kernel.arg_types), compiled=True, **options)
+    fn = function_for(kernel, binding)
+    assert fn.launcher.compiled and fn.launch is fn.launcher.launch
+    return fn, binding
+
+
+def array(fn, index: int, nbytes: int, address: int) -> DeviceArray:
+    """A DeviceArray as the launcher sees one: its class, launch key, address and size."""
+    param = fn.launcher.params[index]
+    a = DeviceArray.__new__(DeviceArray)
+    a.device, a.shape, a.nbytes, a.address = fn.device, (nbytes // param.itemsize,), nbytes, address
+    a._ptr, a._dtype, a._finalizer = address, param.dtype, SimpleNamespace(alive=True)
+    a.launch_key = param.key if nbytes else None
+    return a
+
+
+def seed_args(fn, rows: int = 8, dx_rows: int | None = None):
+    """dy of ``rows`` × 32 f32 and dx of ``dx_rows`` × 16, for the chunk at channel 16."""
+    dy = array(fn, 0, rows * 32 * 4, 0x10000)
+    dx = array(fn, 1, (rows if dx_rows is None else dx_rows) * 16 * 4, 0x90000)
+    return (dy, dx, 16, 32, 16)
+
+
+# --- what it takes, it packs as the Python path does ----------------------------------
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_the_c_path_hands_the_driver_the_bytes_the_python_path_does(name):
+    kernel = echo_kernel(LAYOUTS[name])
+    fn, binding = compiled(kernel)
+    for which in range(3):
+        values = tuple(extremes(t)[(which + i) % 3] for i, t in enumerate(kernel.arg_types))
+        fn.launch((3, 2, 1), kernel.block, values, stream=77, shared_mem=128)
+        fn.launcher.python_launch((3, 2, 1), kernel.block, values, stream=77, shared_mem=128)
+        c, python = binding.calls[-2:]
+        assert (c.compiled, python.compiled) == (True, False)
+        assert c.args[:9] == python.args[:9] == (0xF00D, 3, 2, 1, 32, 1, 1, 128, 77)
+        assert c.slots == python.slots and c.args[10] == 0
+        base = c.params[0] - fn.layout.offsets[0]
+        assert [a - base for a in c.params] == list(fn.layout.offsets)
+
+
+def test_device_arrays_ints_and_streams_stay_in_c():
+    fn, binding = compiled(K)
+    stream = runtime.Stream.__new__(runtime.Stream)
+    stream.handle, stream.owned, stream._finalizer, stream.device = 0x99, False, None, FakeDevice()
+    args = seed_args(fn)
+    for s in (None, 77, stream, 77, stream):
+        fn.launch(K.grid(8, 16), K.block, args, stream=s)
+    fn.launch((2, 1, 1), (128, 1, 1), (0x10000, 0x90000, 16, 32, 16))
+    assert all(c.compiled for c in binding.calls) and len(binding.calls) == 6
+    assert [c.args[8] for c in binding.calls] == [0, 77, 0x99, 77, 0x99, 0]
+    assert binding.calls[0].slots[:2] == [(0x10000).to_bytes(8, "little"), (0x90000).to_bytes(8, "little")]
+    stream.close()
+    with pytest.raises(ValueError, match="this Stream is closed"):
+        fn.launch(K.grid(8, 16), K.block, args, stream=stream)
+    assert len(binding.calls) == 6
+
+
+class FakeTensor:
+    """What the tensor test reads of a torch.Tensor, in the same order."""
+
+    def __init__(self, dtype, nbytes, address, *, cuda=True, device=0, contiguous=True):
+        self.dtype, self.nbytes, self.is_cuda = dtype, nbytes, cuda
+        self._device, self._contiguous, self._address = device, contiguous, address
+
+    def get_device(self):
+        return self._device
+
+    def is_contiguous(self):
+        return self._contiguous
+
+    def data_ptr(self):
+        return self._address
+
+
+def test_tensors_are_read_in_c_once_bound_and_anything_odd_goes_to_python(monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch", raising=False)  # the fake stays bound: no real torch
+    fn, binding = compiled(K)
+    f32 = object()
+    fn.launch.bind_torch(FakeTensor, (f32, f32))
+    dx = array(fn, 1, 8 * 16 * 4, 0x90000)
+    fn.launch(K.grid(8, 16), K.block, (FakeTensor(f32, 8 * 32 * 4, 0x10000), dx, 16, 32, 16))
+    assert binding.calls[-1].compiled and binding.calls[-1].slots[0] == (0x10000).to_bytes(8, "little")
+    odd = [
+        FakeTensor(object(), 1024, 0x10000),  # another dtype
+        FakeTensor(f32, 1024, 0x10000, cuda=False),
+        FakeTensor(f32, 1024, 0x10000, device=1),
+        FakeTensor(f32, 1024, 0x10000, contiguous=False),
+        FakeTensor(f32, 0, 0x10000),  # empty
+        FakeTensor(f32, 1024, 0x10002),  # misaligned for f32
+        FakeTensor(f32, 512, 0x10000),  # shorter than the launch reads
+    ]
+    for tensor in odd:  # the Python path has no torch bound: each is refused there, by name
+        with pytest.raises((TypeError, ValueError), match="argument 'dy'"):
+            fn.launch(K.grid(8, 16), K.block, (tensor, dx, 16, 32, 16))
+    assert len(binding.calls) == 1
+
+
+def test_everything_else_reaches_the_python_path_unlaunched():
+    """Lists, dicts, keywords, foreign arrays, bad values: the C path launches none of
+    them itself; the Python path launches the good ones and raises for the rest."""
+    fn, binding = compiled(K)
+    good = (0x10000, 0x90000, 16, 32, 16)
+    fn.launch([2, 1, 1], K.block, good)  # a list grid
+    fn.launch((2, 1, 1), K.block, list(good))  # a list of arguments
+    fn.launch((2, 1, 1), K.block, dict(zip(K.arg_names, good)))
+    fn.launch((2, 1, 1), K.block, args=good)  # by keyword
+    fn.launch((2, 1, 1), K.block, (CudaArrayLike(shape=(8, 32)), 0x90000, 16, 32, 16))
+    assert [c.compiled for c in binding.calls] == [False] * 5
+    assert len({tuple(c.slots[2:]) for c in binding.calls}) == 1
+    bad = [
+        (((2, 1, 1), (64, 1, 1), good), ValueError, "block"),
+        (((0, 1, 1), K.block, good), ValueError, "dimension x = 0"),
+        (((2, 1, 1), K.block, (0x10000, 0x90000, True, 32, 16)), TypeError, "chunk_c"),
+        (((2, 1, 1), K.block, (0x10000, 0x90000, -1, 32, 16)), ValueError, "chunk_c"),
+        (((2, 1, 1), K.block, (-8, 0x90000, 16, 32, 16)), ValueError, "dy"),
+        (((2, 1, 1), K.block, (1 << 64, 0x90000, 16, 32, 16)), ValueError, "dy"),
+        (((2, 1, 1), K.block, (0x10000, 0x90000, 16, 32, 17)), ValueError, "exceeds c_total"),
+        (((2, 1, 1), K.block, good[:4]), TypeError, "takes 5 arguments"),
+    ]
+    for (grid, block, args), error, message in bad:
+        with pytest.raises(error, match=message):
+            fn.launch(grid, block, args)
+    with pytest.raises(ValueError, match="shared"):
+        fn.launch((2, 1, 1), K.block, good, shared_mem=-1)
+    with pytest.raises(TypeError):
+        fn.launch((2, 1, 1), K.block, good, streams=0)
+    assert len(binding.calls) == 5
+
+
+def test_footprints_are_checked_in_c_and_refused_by_the_python_path():
+    fn, binding = compiled(K)
+    fn.launch(K.grid(8, 16), K.block, seed_args(fn))
+    fn.launch(K.grid(4, 16), K.block, seed_args(fn))  # another grid: asked again, fits
+    assert [c.compiled for c in binding.calls] == [True, True]
+    message = "argument 'dx' (*mut f32): this launch writes 128 elements (512 bytes) from it, but the array holds 64"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        fn.launch(K.grid(8, 16), K.block, seed_args(fn, dx_rows=4))
+    with pytest.raises(ValueError, match="exceeds c_total"):  # the footprint refuses the scalars
+        fn.launch(K.grid(8, 16), K.block, (*seed_args(fn)[:4], 17))
+    dy, dx, *_ = seed_args(fn)
+    fn.launch(K.grid(8, 8), K.block, (dy, dx, 8, 32, 24))  # other scalars: asked again
+    fn.launch(K.grid(8, 16), K.block, seed_args(fn))  # and back
+    assert len(binding.calls) == 4 and all(c.compiled for c in binding.calls)
+    a = array(fn, 0, 8 * 32 * 4, 0x10002)  # an f32 array at an address no f32 can have
+    with pytest.raises(ValueError, match="aligned to 4 bytes"):
+        fn.launch(K.grid(8, 16), K.block, (a, dx, 16, 32, 16))
+
+
+def test_prepared_and_raw_launches_are_compiled_and_keep_their_contracts():
+    fn, binding = compiled(K)
+    prepared = fn.prepare(K.grid(8, 16), K.block, stream=77)
+    assert prepared.grid == K.grid(8, 16) and prepared.block == K.block and prepared.stream == 77
+    prepared(*seed_args(fn))
+    prepared.raw(0x10000, 0x90000, 16, 32, 16)
+    assert [(c.compiled, c.args[8]) for c in binding.calls] == [(True, 77), (True, 77)]
+    assert binding.calls[0].slots == binding.calls[1].slots
+    with pytest.raises(ValueError, match="holds 64"):
+        prepared(*seed_args(fn, dx_rows=4))
+    with pytest.raises(struct.error):  # raw packs what struct packs: -1 is no u64
+        prepared.raw(-1, 0x90000, 16, 32, 16)
+    prepared.raw(0x10000, 0x90000, -5, 32, 16)  # raw is trusted: an i32 read as u32, packed as it is
+    assert binding.calls[-1].compiled and binding.calls[-1].slots[2] == (-5).to_bytes(
+        4, "little", signed=True
+    )
+    fn.launcher.close()
+    for call in (lambda: prepared(*seed_args(fn)), lambda: prepared.raw(0x10000, 0x90000, 16, 32, 16)):
+        with pytest.raises(ValueError, match="module is closed"):
+            call()
+    with pytest.raises(ValueError, match="module is closed"):
+        fn.launch(K.grid(8, 16), K.block, seed_args(fn))
+
+
+def test_a_failed_c_launch_is_taken_over_by_the_python_path():
+    """The driver refuses the C call (no context current on a fresh thread, say): the
+    Python path launches again, activating the context where its own call fails."""
+    fn, binding = compiled(K)
+    binding.c_result = 201  # CUDA_ERROR_INVALID_CONTEXT
+    fn.launch(K.grid(8, 16), K.block, seed_args(fn))
+    fn.prepare(K.grid(8, 16), K.block).raw(0x10000, 0x90000, 16, 32, 16)
+    assert [c.compiled for c in binding.calls] == [True, False, True, False]
+    assert binding.calls[0].slots == binding.calls[1].slots
+
+
+def test_dependent_kernels_go_through_ex_with_the_attribute():
+    kernel = FastcatVec(direction="backward", width=4, dependent_launch=True)
+    fn, binding = compiled(kernel)
+    args = (0x1000, 64, 9, 4, 0x9000, 16)
+    fn.launch((4, 1, 1), kernel.block, args, stream=77)
+    fn.prepare((4, 1, 1), kernel.block, stream=77)(*args)
+    fn.prepare((8, 1, 1), kernel.block).raw(*args)
+    assert [(c.via, c.compiled, c.attributes) for c in binding.calls] == [
+        ("cuLaunchKernelEx", True, ((launch.PROGRAMMATIC_STREAM_SERIALIZATION, 1),))
+    ] * 3
+    block = kernel.block
+    assert [c.args[1:9] for c in binding.calls] == [(4, 1, 1, *block, 0, 77)] * 2 + [(8, 1, 1, *block, 0, 0)]
+    plain = FastcatVec(direction="backward", width=4)
+    fn, binding = compiled(plain)
+    fn.launch((4, 1, 1), plain.block, args)
+    assert [(c.via, c.attributes) for c in binding.calls] == [("cuLaunchKernel", ())]
+
+
+def test_the_attribute_number_is_the_drivers():
+    driver = pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings is part of the runtime extra")
+    attribute = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    assert int(attribute) == launch.PROGRAMMATIC_STREAM_SERIALIZATION
+
+
+def test_int_pointers_go_to_python_while_the_driver_is_asked(monkeypatch):
+    monkeypatch.setattr(launch, "int_pointer_extent", lambda param, address: 1 << 20)
+    fn, binding = compiled(K)
+    old = runtime.check_int_pointers(True)
+    try:
+        fn.launch(K.grid(8, 16), K.block, (0x10000, 0x90000, 16, 32, 16))
+        fn.launch(K.grid(8, 16), K.block, seed_args(fn))  # arrays stay in C
+    finally:
+        runtime.check_int_pointers(old)
+    fn.launch(K.grid(8, 16), K.block, (0x10000, 0x90000, 16, 32, 16))
+    assert [c.compiled for c in binding.calls] == [False, True, True]
+
+
+# --- it must not leak, share buffers or keep launchers alive ------------------------------
+
+
+def test_threads_launching_at_once_never_share_a_buffer():
+    fn, binding = compiled(K)
+    prepared = fn.prepare(K.grid(8, 16), K.block)
+    errors = []
+
+    def worker(t: int) -> None:
+        try:
+            for i in range(300):
+                dy, dx = 0x10000 + 0x1000 * t, 0x90000 + i * 64
+                if i % 2:
+                    fn.launch(K.grid(8, 16), K.block, (dy, dx, 16, 32, 16))
+                else:
+                    prepared.raw(dy, dx, 16, 32, 16)
+        except Exception as err:  # pragma: no cover - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert len(binding.calls) == 8 * 300 and all(c.compiled for c in binding.calls)
+    seen = {
+        (int.from_bytes(c.slots[0], "little"), int.from_bytes(c.slots[1], "little")) for c in binding.calls
+    }
+    assert seen == {(0x10000 + 0x1000 * t, 0x90000 + i * 64) for t in range(8) for i in range(300)}
+
+
+@pytest.mark.skipif(not hasattr(sys, "getrefcount"), reason="needs sys.getrefcount")
+def test_no_reference_is_leaked_on_any_path(monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch", raising=False)  # the fake stays bound: no real torch
+    fn, binding = compiled(K)
+    f32 = object()
+    fn.launch.bind_torch(FakeTensor, (f32, f32))
+    dy, dx, *_ = seed_args(fn)
+    tensor = FakeTensor(f32, 8 * 32 * 4, 0x10000)
+    stream = runtime.Stream.__new__(runtime.Stream)
+    stream.handle, stream.owned, stream._finalizer, stream.device = 0x99, False, None, FakeDevice()
+    grid, block, big = (
+        K.grid(8, 16),
+        (K.block[0], K.block[1], K.block[2]),
+        10**30,
+    )  # objects of this test's own
+    prepared = fn.prepare(grid, block)
+    calls = [
+        lambda: fn.launch(grid, block, (dy, dx, 16, 32, 16), stream=stream),  # C
+        lambda: fn.launch(grid, block, (tensor, dx, 16, 32, 16), stream=77),  # C, a tensor
+        lambda: fn.launch(grid, block, [dy, dx, 16, 32, 16]),  # Python
+        lambda: prepared(dy, dx, 16, 32, 16),  # C
+        lambda: prepared.raw(0x10000, 0x90000, 16, 32, 16),  # C
+    ]
+    failing = [
+        lambda: fn.launch(grid, block, (dy, dx, big, 32, 16)),  # out of range: Python raises
+        lambda: fn.launch(grid, block, (dy, array(fn, 1, 64, 0x90000), 16, 32, 16)),  # short: Python raises
+        lambda: prepared.raw(big, 0, 0, 0, 0),  # struct refuses it
+    ]
+    watched = (dy, dx, tensor, stream, grid, block, big, f32, prepared, fn.launch)
+    for call in calls + failing:  # warm every cache first
+        with contextlib.suppress(ValueError, TypeError, struct.error):
+            call()
+    gc.collect()
+    gc.disable()  # what other tests left behind is not collected in the middle
+    try:
+        before = [sys.getrefcount(o) for o in watched]
+        for _ in range(500):
+            for call in calls:
+                call()
+            for call in failing:
+                with pytest.raises((ValueError, TypeError, struct.error)):
+                    call()
+        binding.calls.clear()
+        after = [sys.getrefcount(o) for o in watched]
+    finally:
+        gc.enable()
+    assert after == before
+
+
+def test_a_dropped_function_takes_its_compiled_launch_with_it():
+    fn, _ = compiled(K)
+    fn.prepare(K.grid(8, 16), K.block)
+    gone = weakref.ref(fn.launcher)
+    fast = weakref.ref(fn.launch)
+    del fn
+    gc.collect()
+    assert gone() is None and fast() is None
+
+
+def test_without_the_extension_the_python_path_launches_alone(monkeypatch):
+    """Where runtime._fastlaunch was not built (no C compiler at install): launchers are
+    the generated Python functions, and asking for the compiled path says why not."""
+    monkeypatch.setattr(launch, "_fastlaunch", None)
+    monkeypatch.setattr(
+        launch, "_fastlaunch_missing", "it was not compiled at install (no C compiler found?)"
+    )
+    assert launch.compiled_launch_available().startswith("runtime._fastlaunch is not built")
+    assert not launch.compiled_on() and launch.compiled_ops({}) is None
+    binding = RecordingBinding(ArgumentLayout(K.arg_names, K.arg_types), compiled=True)
+    fn = function_for(K, binding)
+    assert not fn.launcher.compiled and fn.launch is fn.launcher.python_launch
+    fn.launch(K.grid(8, 16), K.block, (0x10000, 0x90000, 16, 32, 16))
+    assert [c.compiled for c in binding.calls] == [False]
+    with pytest.raises(ImportError, match=re.escape("no compiled launch: runtime._fastlaunch is not built")):
+        fn.make_launcher(binding, compiled=True)

@@ -19,6 +19,7 @@
  * Objects:
  *   Launch(...)   ``launch(grid, block, args, *, stream=None, shared_mem=0)``
  *   Prepared(...) a prepared launch (``prepared(*args)``) or its trusted ``raw(*ints)``
+ *   QuickOps(...) the ops' common call (runtime/ops.py), for calls it has seen
  *
  * The GIL is released around the driver call, as cuda-bindings does: cuLaunchKernel
  * blocks while the launch queue is full. The parameter buffer lives on this call's
@@ -107,6 +108,16 @@ typedef struct {
     int method[T_COUNT];      /* call the descriptor with the tensor, rather than get through it */
 } readers_t;
 
+/* How a stream argument becomes a handle: a runtime.Stream is asked each time (it may
+ * have been closed); any other object through runtime.stream.stream_handle, the last one
+ * remembered by identity (a stream object names one stream for its life). */
+typedef struct {
+    PyObject *stream_class;  /* runtime.Stream */
+    PyObject *stream_handle; /* runtime.stream.stream_handle */
+    PyObject *last;          /* the last stream object that was no Stream, and its handle */
+    uintptr_t last_handle;
+} streams_t;
+
 /* --- the Launch object ------------------------------------------------------------ */
 
 typedef struct {
@@ -118,11 +129,8 @@ typedef struct {
     PyObject *device_array;  /* runtime.DeviceArray */
     PyObject *tensor;        /* torch.Tensor once bound, else NULL */
     readers_t readers;       /* how its attributes are read */
-    PyObject *stream_class;  /* runtime.Stream */
-    PyObject *stream_handle; /* runtime.stream.stream_handle */
+    streams_t streams;
     PyObject *footprint;     /* need(gx, gy, gz, bx, by, bz, key) -> tuple, or NULL */
-    PyObject *last_stream;   /* the last stream object that was no Stream, and its handle */
-    uintptr_t last_stream_handle;
     int open, check_ints, dependent;
     uint32_t attribute_id;
     uintptr_t function;
@@ -432,19 +440,19 @@ static int dims(PyObject *t, const unsigned *max, unsigned *out) {
 }
 
 /* The stream handle; 0 where the Python path must take the call (no error set). */
-static int resolve_stream(Launch *L, PyObject *stream, uintptr_t *handle) {
+static int resolve_stream(streams_t *S, PyObject *stream, uintptr_t *handle) {
     if (stream == Py_None) {
         *handle = 0;
         return 1;
     }
     uint64_t bits;
-    if ((PyObject *)Py_TYPE(stream) == L->stream_class) /* asked every time: it may be closed */
+    if ((PyObject *)Py_TYPE(stream) == S->stream_class) /* asked every time: it may be closed */
         return read_u64(stream, s_handle, &bits) ? (*handle = (uintptr_t)bits, 1) : 0;
-    if (stream == L->last_stream) {
-        *handle = L->last_stream_handle;
+    if (stream == S->last) {
+        *handle = S->last_handle;
         return 1;
     }
-    PyObject *v = PyObject_CallOneArg(L->stream_handle, stream);
+    PyObject *v = PyObject_CallOneArg(S->stream_handle, stream);
     if (v == NULL) {
         PyErr_Clear();
         return 0;
@@ -454,9 +462,29 @@ static int resolve_stream(Launch *L, PyObject *stream, uintptr_t *handle) {
     if (!ok)
         return 0;
     Py_INCREF(stream);
-    Py_XSETREF(L->last_stream, stream);
-    L->last_stream_handle = *handle = (uintptr_t)bits;
+    Py_XSETREF(S->last, stream);
+    S->last_handle = *handle = (uintptr_t)bits;
     return 1;
+}
+
+static void streams_init(streams_t *S, PyObject *stream_class, PyObject *stream_handle) {
+    Py_INCREF(stream_class);
+    S->stream_class = stream_class;
+    Py_INCREF(stream_handle);
+    S->stream_handle = stream_handle;
+}
+
+static int streams_traverse(streams_t *S, visitproc visit, void *arg) {
+    Py_VISIT(S->stream_class);
+    Py_VISIT(S->stream_handle);
+    Py_VISIT(S->last);
+    return 0;
+}
+
+static void streams_clear(streams_t *S) {
+    Py_CLEAR(S->stream_class);
+    Py_CLEAR(S->stream_handle);
+    Py_CLEAR(S->last);
 }
 
 static PyObject *fall_back(PyObject *fallback, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
@@ -520,7 +548,7 @@ static PyObject *Launch_vectorcall(PyObject *self, PyObject *const *args, size_t
     if (!PyTuple_CheckExact(given) || PyTuple_GET_SIZE(given) != L->nparams)
         return fall_back(L->fallback, args, nargsf, kwnames);
     uintptr_t handle;
-    if (!resolve_stream(L, stream, &handle))
+    if (!resolve_stream(&L->streams, stream, &handle))
         return fall_back(L->fallback, args, nargsf, kwnames);
     int done = launch_checked(L, &L->cache, &PyTuple_GET_ITEM(given, 0), geometry, (unsigned)shared, handle);
     if (done < 0)
@@ -701,10 +729,7 @@ static PyObject *Launch_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     L->fallback = fallback;
     Py_INCREF(device_array);
     L->device_array = device_array;
-    Py_INCREF(stream_class);
-    L->stream_class = stream_class;
-    Py_INCREF(stream_handle);
-    L->stream_handle = stream_handle;
+    streams_init(&L->streams, stream_class, stream_handle);
     if (footprint != Py_None) {
         Py_INCREF(footprint);
         L->footprint = footprint;
@@ -722,10 +747,8 @@ static int Launch_traverse(Launch *L, visitproc visit, void *arg) {
     Py_VISIT(L->fallback);
     Py_VISIT(L->device_array);
     Py_VISIT(L->tensor);
-    Py_VISIT(L->stream_class);
-    Py_VISIT(L->stream_handle);
+    streams_traverse(&L->streams, visit, arg);
     Py_VISIT(L->footprint);
-    Py_VISIT(L->last_stream);
     readers_traverse(&L->readers, visit, arg);
     for (Py_ssize_t i = 0; L->params != NULL && i < L->nparams; i++) {
         Py_VISIT(L->params[i].key);
@@ -740,10 +763,8 @@ static int Launch_clear(Launch *L) {
     Py_CLEAR(L->fallback);
     Py_CLEAR(L->device_array);
     Py_CLEAR(L->tensor);
-    Py_CLEAR(L->stream_class);
-    Py_CLEAR(L->stream_handle);
+    streams_clear(&L->streams);
     Py_CLEAR(L->footprint);
-    Py_CLEAR(L->last_stream);
     readers_clear(&L->readers);
     for (Py_ssize_t i = 0; L->params != NULL && i < L->nparams; i++) {
         Py_CLEAR(L->params[i].key);
@@ -998,10 +1019,7 @@ typedef struct {
     PyObject *tensor;        /* torch.Tensor once bound, else NULL */
     readers_t readers;       /* how its attributes are read */
     PyObject *torch_dtypes;  /* torch dtype -> DType (arrays._torch_dtypes), once bound */
-    PyObject *stream_class;  /* runtime.Stream */
-    PyObject *stream_handle; /* runtime.stream.stream_handle */
-    PyObject *last_stream;   /* the last stream object that was no Stream, and its handle */
-    uintptr_t last_stream_handle;
+    streams_t streams;
 } QuickOps;
 
 
@@ -1103,33 +1121,6 @@ static int same_kind(const facts_t *f, const facts_t *wide) {
     return f->dtype == wide->dtype && f->ordinal == wide->ordinal;
 }
 
-static int quick_stream(QuickOps *Q, PyObject *stream, uintptr_t *handle) {
-    uint64_t bits;
-    if (stream == Py_None) {
-        *handle = 0;
-        return 1;
-    }
-    if ((PyObject *)Py_TYPE(stream) == Q->stream_class)
-        return read_u64(stream, s_handle, &bits) ? (*handle = (uintptr_t)bits, 1) : 0;
-    if (stream == Q->last_stream) {
-        *handle = Q->last_stream_handle;
-        return 1;
-    }
-    PyObject *v = PyObject_CallOneArg(Q->stream_handle, stream);
-    if (v == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    int negative = 0, ok = int_bits(v, &bits, &negative) && !negative;
-    Py_DECREF(v);
-    if (!ok)
-        return 0;
-    Py_INCREF(stream);
-    Py_XSETREF(Q->last_stream, stream);
-    Q->last_stream_handle = *handle = (uintptr_t)bits;
-    return 1;
-}
-
 /* The table's entry for ``key`` (a new reference), while its device is open; else NULL. */
 static PyObject *quick_entry(QuickOps *Q, PyObject *key) {
     PyObject *call = PyDict_GetItemWithError(Q->table, key);
@@ -1203,18 +1194,55 @@ static int disjoint(uint64_t *start, uint64_t *size, Py_ssize_t n) {
     return 1;
 }
 
-static PyObject *key_tuple(Py_ssize_t lead, PyObject *const *first, PyObject *const *rest, Py_ssize_t nrest) {
+/* The table's entry (a new reference) for the key the Python quick path builds:
+ * ``(shape, dim, dtype.name, ordinal, handle, *rest)`` for a split (``shape`` given),
+ * ``(dim, dtype.name, ordinal, handle, *rest)`` for a join (``shape`` NULL); NULL (no
+ * error set) where there is none yet. */
+static PyObject *entry_for(QuickOps *Q, PyObject *shape, PyObject *dim, const facts_t *wide,
+                           uintptr_t handle, PyObject *const *rest, Py_ssize_t nrest) {
+    Py_ssize_t lead = shape != NULL ? 5 : 4, at = 0;
     PyObject *key = PyTuple_New(lead + nrest);
-    if (key == NULL)
+    if (key == NULL) {
+        PyErr_Clear();
         return NULL;
-    for (Py_ssize_t i = 0; i < lead; i++) {
-        PyTuple_SET_ITEM(key, i, first[i]); /* steals: the caller made these */
     }
+    PyObject *made[3] = {PyObject_GetAttr(wide->dtype, s_name), PyLong_FromLong(wide->ordinal),
+                         PyLong_FromUnsignedLongLong(handle)};
+    if (made[0] == NULL || made[1] == NULL || made[2] == NULL) {
+        for (int i = 0; i < 3; i++)
+            Py_XDECREF(made[i]);
+        Py_DECREF(key);
+        PyErr_Clear();
+        return NULL;
+    }
+    if (shape != NULL) {
+        Py_INCREF(shape);
+        PyTuple_SET_ITEM(key, at++, shape);
+    }
+    Py_INCREF(dim);
+    PyTuple_SET_ITEM(key, at++, dim);
+    for (int i = 0; i < 3; i++)
+        PyTuple_SET_ITEM(key, at++, made[i]); /* steals */
     for (Py_ssize_t i = 0; i < nrest; i++) {
         Py_INCREF(rest[i]);
-        PyTuple_SET_ITEM(key, lead + i, rest[i]);
+        PyTuple_SET_ITEM(key, at++, rest[i]);
     }
-    return key;
+    PyObject *call = quick_entry(Q, key);
+    Py_DECREF(key);
+    return call;
+}
+
+/* The element size of a DType; 0 where it has none to read. */
+static uint64_t dtype_itemsize(PyObject *dtype) {
+    uint64_t size;
+    PyObject *v = PyObject_GetAttr(dtype, s_itemsize);
+    int negative = 0, ok = v != NULL && int_bits(v, &size, &negative) && !negative;
+    Py_XDECREF(v);
+    if (!ok) {
+        PyErr_Clear();
+        return 0;
+    }
+    return size;
 }
 
 /* split(dy, sizes, dim, out, stream) -> bool: ops._backward_quick for a call it has seen. */
@@ -1236,47 +1264,21 @@ static PyObject *QuickOps_split(QuickOps *Q, PyObject *const *args, Py_ssize_t n
     if (nout > MAX_PIECES)
         Py_RETURN_FALSE;
     uintptr_t handle;
-    if (!quick_stream(Q, args[4], &handle))
+    if (!resolve_stream(&Q->streams, args[4], &handle))
         Py_RETURN_FALSE;
     facts_t wide, piece;
     if (!array_facts(Q, dy, &wide))
         Py_RETURN_FALSE;
-    PyObject *call = NULL, *result = Py_False;
-    PyObject *first[5] = {wide.shape, dim, PyObject_GetAttr(wide.dtype, s_name),
-                          PyLong_FromLong(wide.ordinal), PyLong_FromUnsignedLongLong(handle)};
-    if (first[2] == NULL || first[3] == NULL || first[4] == NULL) {
-        Py_XDECREF(first[2]);
-        Py_XDECREF(first[3]);
-        Py_XDECREF(first[4]);
-        PyErr_Clear();
-        goto done;
-    }
-    Py_INCREF(wide.shape);
-    Py_INCREF(dim);
-    PyObject *key = key_tuple(5, first, size_items, nsizes);
-    if (key == NULL) {
-        PyErr_Clear();
-        goto done;
-    }
-    call = quick_entry(Q, key);
-    Py_DECREF(key);
+    PyObject *result = Py_False;
+    PyObject *call = entry_for(Q, wide.shape, dim, &wide, handle, size_items, nsizes);
     if (call == NULL)
         goto done;
     PyObject *wants = PyTuple_GET_ITEM(call, 1);
     if (!PyTuple_Check(wants) || PyTuple_GET_SIZE(wants) != nout)
         goto done;
-    uint64_t end = wide.address + wide.nbytes, itemsize = 0;
-    {
-        uint64_t size;
-        PyObject *v = PyObject_GetAttr(wide.dtype, s_itemsize);
-        int negative = 0, ok = v != NULL && int_bits(v, &size, &negative) && !negative && size > 0;
-        Py_XDECREF(v);
-        if (!ok) {
-            PyErr_Clear();
-            goto done;
-        }
-        itemsize = size;
-    }
+    uint64_t end = wide.address + wide.nbytes, itemsize = dtype_itemsize(wide.dtype);
+    if (itemsize == 0)
+        goto done;
     uint64_t mask = itemsize - 1, aligns = wide.address & 15, last = 0;
     uint64_t starts[MAX_PIECES], lengths[MAX_PIECES], pieces[MAX_PIECES];
     int ordered = 1;
@@ -1326,27 +1328,16 @@ static PyObject *QuickOps_join(QuickOps *Q, PyObject *const *args, Py_ssize_t na
     if (nxs == 0 || nxs > MAX_PIECES)
         Py_RETURN_FALSE;
     uintptr_t handle;
-    if (!quick_stream(Q, args[3], &handle))
+    if (!resolve_stream(&Q->streams, args[3], &handle))
         Py_RETURN_FALSE;
     facts_t wide, piece;
     if (!array_facts(Q, out, &wide))
         Py_RETURN_FALSE;
-    PyObject *call = NULL, *result = Py_False, *shapes[MAX_PIECES];
+    PyObject *call = NULL, *result = Py_False, *shapes[MAX_PIECES] = {NULL};
     Py_ssize_t nshapes = 0;
-    uint64_t itemsize = 0, pieces[MAX_PIECES];
-    if (!wide.writable)
+    uint64_t itemsize = dtype_itemsize(wide.dtype), pieces[MAX_PIECES];
+    if (!wide.writable || itemsize == 0)
         goto done;
-    {
-        uint64_t size;
-        PyObject *v = PyObject_GetAttr(wide.dtype, s_itemsize);
-        int negative = 0, ok = v != NULL && int_bits(v, &size, &negative) && !negative && size > 0;
-        Py_XDECREF(v);
-        if (!ok) {
-            PyErr_Clear();
-            goto done;
-        }
-        itemsize = size;
-    }
     uint64_t mask = itemsize - 1, end = wide.address + wide.nbytes, aligns = wide.address & 15;
     if (wide.address & mask)
         goto done;
@@ -1364,23 +1355,7 @@ static PyObject *QuickOps_join(QuickOps *Q, PyObject *const *args, Py_ssize_t na
         pieces[i] = p;
         aligns = aligns << 4 | (p & 15);
     }
-    PyObject *first[4] = {dim, PyObject_GetAttr(wide.dtype, s_name), PyLong_FromLong(wide.ordinal),
-                          PyLong_FromUnsignedLongLong(handle)};
-    if (first[1] == NULL || first[2] == NULL || first[3] == NULL) {
-        Py_XDECREF(first[1]);
-        Py_XDECREF(first[2]);
-        Py_XDECREF(first[3]);
-        PyErr_Clear();
-        goto done;
-    }
-    Py_INCREF(dim);
-    PyObject *key = key_tuple(4, first, shapes, nshapes);
-    if (key == NULL) {
-        PyErr_Clear();
-        goto done;
-    }
-    call = quick_entry(Q, key);
-    Py_DECREF(key);
+    call = entry_for(Q, NULL, dim, &wide, handle, shapes, nshapes);
     if (call == NULL)
         goto done;
     PyObject *wants = PyTuple_GET_ITEM(call, 1);
@@ -1431,10 +1406,7 @@ static PyObject *QuickOps_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     Q->table = table;
     Py_INCREF(device_array);
     Q->device_array = device_array;
-    Py_INCREF(stream_class);
-    Q->stream_class = stream_class;
-    Py_INCREF(stream_handle);
-    Q->stream_handle = stream_handle;
+    streams_init(&Q->streams, stream_class, stream_handle);
     return (PyObject *)Q;
 }
 
@@ -1443,9 +1415,7 @@ static int QuickOps_traverse(QuickOps *Q, visitproc visit, void *arg) {
     Py_VISIT(Q->device_array);
     Py_VISIT(Q->tensor);
     Py_VISIT(Q->torch_dtypes);
-    Py_VISIT(Q->stream_class);
-    Py_VISIT(Q->stream_handle);
-    Py_VISIT(Q->last_stream);
+    streams_traverse(&Q->streams, visit, arg);
     return readers_traverse(&Q->readers, visit, arg);
 }
 
@@ -1454,9 +1424,7 @@ static int QuickOps_clear(QuickOps *Q) {
     Py_CLEAR(Q->device_array);
     Py_CLEAR(Q->tensor);
     Py_CLEAR(Q->torch_dtypes);
-    Py_CLEAR(Q->stream_class);
-    Py_CLEAR(Q->stream_handle);
-    Py_CLEAR(Q->last_stream);
+    streams_clear(&Q->streams);
     readers_clear(&Q->readers);
     return 0;
 }

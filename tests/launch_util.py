@@ -4,9 +4,13 @@ writes into a cubin."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import gc
 import hashlib
 import struct
+import sys
+import threading
 from dataclasses import dataclass, field
 
 import ptxgen
@@ -121,6 +125,53 @@ class RecordingBinding:
         slots = [ctypes.string_at(a, s.size) for a, s in zip(addresses, self.layout.slots)]
         self.calls.append(Call(args, addresses, slots, via, attributes, compiled))
         return self.result
+
+
+def reference_counts_after(watched, calls, refused, rounds: int, errors=(ValueError, TypeError)):
+    """``sys.getrefcount`` of each watched object before and after ``rounds`` rounds of
+    every call in ``calls`` and of every call in ``refused`` (each must raise one of
+    ``errors``). Every call runs once first, so caches are warm; the collector is off
+    during the rounds, so that what other tests left behind is not collected in the
+    middle and counted as this code's."""
+    for call in [*calls, *refused]:
+        with contextlib.suppress(*errors):
+            call()
+    gc.collect()
+    gc.disable()
+    try:
+        before = [sys.getrefcount(o) for o in watched]
+        for _ in range(rounds):
+            for call in calls:
+                call()
+            for call in refused:
+                try:
+                    call()
+                except errors:
+                    continue
+                raise AssertionError(f"{call} did not raise")
+        after = [sys.getrefcount(o) for o in watched]
+    finally:
+        gc.enable()
+    return before, after
+
+
+def errors_in_threads(work, count: int) -> list[Exception]:
+    """``work(i)`` for each ``i < count``, each in a thread of its own, all started before
+    any is joined; what they raised."""
+    errors: list[Exception] = []
+
+    def run(i: int) -> None:
+        try:
+            work(i)
+        except Exception as err:  # returned to the test, which reports it
+            errors.append(err)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors
 
 
 def extremes(t) -> list[int]:

@@ -5,17 +5,22 @@ it must not leak, share buffers between threads or keep launchers alive."""
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import re
 import struct
 import sys
-import threading
 import weakref
 from types import SimpleNamespace
 
 import pytest
-from launch_util import LAYOUTS, RecordingBinding, echo_kernel, extremes
+from launch_util import (
+    LAYOUTS,
+    RecordingBinding,
+    echo_kernel,
+    errors_in_threads,
+    extremes,
+    reference_counts_after,
+)
 from test_runtime_cpu import CudaArrayLike, FakeDevice, function_for
 
 import ptxgen
@@ -261,25 +266,16 @@ def test_int_pointers_go_to_python_while_the_driver_is_asked(monkeypatch):
 def test_threads_launching_at_once_never_share_a_buffer():
     fn, binding = compiled(K)
     prepared = fn.prepare(K.grid(8, 16), K.block)
-    errors = []
 
     def worker(t: int) -> None:
-        try:
-            for i in range(300):
-                dy, dx = 0x10000 + 0x1000 * t, 0x90000 + i * 64
-                if i % 2:
-                    fn.launch(K.grid(8, 16), K.block, (dy, dx, 16, 32, 16))
-                else:
-                    prepared.raw(dy, dx, 16, 32, 16)
-        except Exception as err:  # pragma: no cover - reported below
-            errors.append(err)
+        for i in range(300):
+            dy, dx = 0x10000 + 0x1000 * t, 0x90000 + i * 64
+            if i % 2:
+                fn.launch(K.grid(8, 16), K.block, (dy, dx, 16, 32, 16))
+            else:
+                prepared.raw(dy, dx, 16, 32, 16)
 
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
+    assert not errors_in_threads(worker, 8)
     assert len(binding.calls) == 8 * 300 and all(c.compiled for c in binding.calls)
     seen = {
         (int.from_bytes(c.slots[0], "little"), int.from_bytes(c.slots[1], "little")) for c in binding.calls
@@ -316,23 +312,10 @@ def test_no_reference_is_leaked_on_any_path(monkeypatch):
         lambda: prepared.raw(big, 0, 0, 0, 0),  # struct refuses it
     ]
     watched = (dy, dx, tensor, stream, grid, block, big, f32, prepared, fn.launch)
-    for call in calls + failing:  # warm every cache first
-        with contextlib.suppress(ValueError, TypeError, struct.error):
-            call()
-    gc.collect()
-    gc.disable()  # what other tests left behind is not collected in the middle
-    try:
-        before = [sys.getrefcount(o) for o in watched]
-        for _ in range(500):
-            for call in calls:
-                call()
-            for call in failing:
-                with pytest.raises((ValueError, TypeError, struct.error)):
-                    call()
-        binding.calls.clear()
-        after = [sys.getrefcount(o) for o in watched]
-    finally:
-        gc.enable()
+    before, after = reference_counts_after(
+        watched, calls, failing, 500, (ValueError, TypeError, struct.error)
+    )
+    binding.calls.clear()
     assert after == before
 
 

@@ -4,11 +4,10 @@ outputs; refused launches write nothing; threads launch at once."""
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 from gpu_util import GUARD, poison_value, random_bits
+from launch_util import errors_in_threads
 
 import ptxgen
 from runtime import launch as launch_module
@@ -115,23 +114,15 @@ def test_refused_launches_write_nothing(dev, torch, fn):
 def test_threads_launch_at_once(dev, torch, fn):
     """Eight threads, each its own outputs and stream, 50 launches each through the C path."""
     outputs = [_arrays(dev, torch, "torch") for _ in range(8)]
-    errors = []
 
     def work(i):
-        try:
-            _host, dy, dx, _ = outputs[i]
-            stream = torch.cuda.Stream()
-            for _ in range(50):
-                fn.launch(K.grid(N, CHUNK), K.block, (dy, dx, CHUNK, C_TOTAL, OFFSET), stream=stream)
-            stream.synchronize()
-        except Exception as err:  # reported below
-            errors.append(err)
+        _host, dy, dx, _ = outputs[i]
+        stream = torch.cuda.Stream()
+        for _ in range(50):
+            fn.launch(K.grid(N, CHUNK), K.block, (dy, dx, CHUNK, C_TOTAL, OFFSET), stream=stream)
+        stream.synchronize()
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = errors_in_threads(work, 8)
     assert not errors, errors
     for host, _, _, read in outputs:
         _check(read, host)

@@ -688,8 +688,7 @@ def test_the_c_quick_path_leaks_no_reference(mixed, monkeypatch, launch_path):
     reference count is what it was (sys.getrefcount)."""
     if launch_path != "compiled":
         pytest.skip("the C quick path's own test")
-    import gc
-    import sys
+    from launch_util import reference_counts_after
 
     dy = _FakeTensor(mixed, (4, 10), "f32")
     out = [_device_array(mixed, (4, 3), "f32"), _device_array(mixed, (4, 7), "f32")]
@@ -700,22 +699,7 @@ def test_the_c_quick_path_leaks_no_reference(mixed, monkeypatch, launch_path):
         lambda: runtime.channel_cat_forward(out, 1, out=y, stream=7),
         lambda: runtime.channel_cat_backward(y, sizes, -1, out=out),
     ]
-    refused = lambda: runtime.channel_cat_backward(dy, wrong, 1, out=out)  # noqa: E731
-    for call in calls:
-        call()
-    with pytest.raises(ValueError):
-        refused()
+    refused = [lambda: runtime.channel_cat_backward(dy, wrong, 1, out=out)]
     watched = (dy, y, *out, sizes, wrong, dy.shape, out[0].shape, out[0].launch_key)
-    gc.collect()
-    gc.disable()  # what other tests left behind is not collected in the middle
-    try:
-        before = [sys.getrefcount(o) for o in watched]
-        for _ in range(300):
-            for call in calls:
-                call()
-            with pytest.raises(ValueError):
-                refused()
-        after = [sys.getrefcount(o) for o in watched]
-    finally:
-        gc.enable()
+    before, after = reference_counts_after(watched, calls, refused, 300)
     assert after == before

@@ -52,6 +52,7 @@ typedef struct { /* CUlaunchAttribute */
     uint32_t pad;
     union {
         char bytes[64];
+        uint64_t align; /* the union holds pointers in cuda.h: 8-byte aligned */
         int programmatic_stream_serialization_allowed;
     } value;
 } launch_attribute_t;
@@ -86,7 +87,7 @@ typedef struct {
     unsigned long long high, raw_high;
     /* pointers */
     uint64_t mask;          /* itemsize - 1: a tensor's address must clear it */
-    long ordinal;           /* the function's device */
+    long long ordinal;      /* the function's device */
     PyObject *key;          /* the DeviceArray.launch_key an array of the right kind has */
     PyObject *torch_dtype;  /* torch's dtype object, once torch is bound; else NULL */
 } param_t;
@@ -109,13 +110,17 @@ typedef struct {
 } readers_t;
 
 /* How a stream argument becomes a handle: a runtime.Stream is asked each time (it may
- * have been closed); any other object through runtime.stream.stream_handle, the last one
- * remembered by identity (a stream object names one stream for its life). */
+ * have been closed); any other object (an int handle, a torch stream) through
+ * runtime.stream.stream_handle. The last such object is remembered by identity with its
+ * handle, which is used again only while the runtime still knows that handle (a closed
+ * runtime.Stream forgets its handle, and an int naming it is then refused). */
 typedef struct {
     PyObject *stream_class;  /* runtime.Stream */
     PyObject *stream_handle; /* runtime.stream.stream_handle */
-    PyObject *last;          /* the last stream object that was no Stream, and its handle */
-    uintptr_t last_handle;
+    PyObject *known;         /* runtime.stream's set of the handles it knows */
+    PyObject *last;          /* the last stream object that was no Stream ... */
+    PyObject *last_handle;   /* ... its handle as an int object ... */
+    uintptr_t last_value;    /* ... and as a value */
 } streams_t;
 
 /* --- the Launch object ------------------------------------------------------------ */
@@ -152,6 +157,14 @@ static PyObject *s_launch_key, *s_address, *s_nbytes, *s_dtype, *s_is_cuda, *s_g
     *s_is_contiguous, *s_data_ptr, *s_handle, *s_stream, *s_shared_mem, *s_shape, *s_name, *s_ordinal,
     *s_closed, *s_requires_grad, *s_itemsize;
 
+/* Forget a failed read: the Python path will meet the same failure and say what it is.
+ * Only an Exception is forgotten; a KeyboardInterrupt or SystemExit stays set, and every
+ * way out of this module returns it (fall_back and quick_false check). */
+static void drop_error(void) {
+    if (PyErr_ExceptionMatches(PyExc_Exception))
+        PyErr_Clear();
+}
+
 /* An exact int as 64 bits; 0 (no error set) when it is no exact int or does not fit in
  * [-2**63, 2**64). ``negative`` says how to read the bits. */
 static int int_bits(PyObject *value, uint64_t *bits, int *negative) {
@@ -161,7 +174,7 @@ static int int_bits(PyObject *value, uint64_t *bits, int *negative) {
     long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
     if (overflow == 0) {
         if (v == -1 && PyErr_Occurred()) {
-            PyErr_Clear();
+            drop_error();
             return 0;
         }
         *bits = (uint64_t)v;
@@ -172,7 +185,7 @@ static int int_bits(PyObject *value, uint64_t *bits, int *negative) {
         return 0;
     unsigned long long u = PyLong_AsUnsignedLongLong(value);
     if (u == (unsigned long long)-1 && PyErr_Occurred()) {
-        PyErr_Clear();
+        drop_error();
         return 0;
     }
     *bits = u;
@@ -190,7 +203,7 @@ static int in_range(uint64_t bits, int negative, long long low, unsigned long lo
 static int read_u64(PyObject *obj, PyObject *name, uint64_t *out) {
     PyObject *v = PyObject_GetAttr(obj, name);
     if (v == NULL) {
-        PyErr_Clear();
+        drop_error();
         return 0;
     }
     int negative = 0, ok = int_bits(v, out, &negative) && !negative;
@@ -226,7 +239,7 @@ static void readers_bind(readers_t *R, PyObject *cls) {
     for (int i = 0; i < T_COUNT; i++) {
         PyObject *d = PyObject_GetAttr(cls, *reader_names[i]);
         if (d == NULL) {
-            PyErr_Clear();
+            drop_error();
             continue;
         }
         PyTypeObject *t = Py_TYPE(d);
@@ -254,7 +267,7 @@ static PyObject *tensor_read(const readers_t *R, int which, PyObject *obj) {
     else
         v = Py_TYPE(d)->tp_descr_get(d, obj, (PyObject *)Py_TYPE(obj));
     if (v == NULL)
-        PyErr_Clear();
+        drop_error();
     return v;
 }
 
@@ -310,7 +323,7 @@ static int check_and_pack(Launch *L, PyObject *const *args, unsigned char *buf, 
         if ((PyObject *)cls == L->device_array) {
             PyObject *key = PyObject_GetAttr(a, s_launch_key);
             if (key == NULL) {
-                PyErr_Clear();
+                drop_error();
                 return 0;
             }
             int same = key == p->key;
@@ -366,7 +379,7 @@ static int footprints_fit(Launch *L, footprint_cache_t *cache, const unsigned *g
         if (need == NULL) {
             if (!PyErr_ExceptionMatches(PyExc_Exception))
                 return -1;
-            PyErr_Clear();
+            drop_error();
             return 0;
         }
         if (!PyTuple_CheckExact(need) || PyTuple_GET_SIZE(need) != 2 * L->npointers) {
@@ -448,46 +461,66 @@ static int resolve_stream(streams_t *S, PyObject *stream, uintptr_t *handle) {
     uint64_t bits;
     if ((PyObject *)Py_TYPE(stream) == S->stream_class) /* asked every time: it may be closed */
         return read_u64(stream, s_handle, &bits) ? (*handle = (uintptr_t)bits, 1) : 0;
-    if (stream == S->last) {
-        *handle = S->last_handle;
-        return 1;
+    if (stream == S->last && S->last_handle != NULL) {
+        int known = PySet_Contains(S->known, S->last_handle);
+        if (known == 1) {
+            *handle = S->last_value;
+            return 1;
+        }
+        if (known < 0)
+            drop_error();
     }
     PyObject *v = PyObject_CallOneArg(S->stream_handle, stream);
     if (v == NULL) {
-        PyErr_Clear();
+        drop_error();
         return 0;
     }
-    int negative = 0, ok = int_bits(v, &bits, &negative) && !negative;
-    Py_DECREF(v);
-    if (!ok)
+    int negative = 0;
+    if (!int_bits(v, &bits, &negative) || negative) {
+        Py_DECREF(v);
         return 0;
+    }
+    /* Both new values in place before the old objects go: their finalizers may run
+     * Python code that launches, and must find a whole pair. */
+    PyObject *old = S->last, *old_handle = S->last_handle;
     Py_INCREF(stream);
-    Py_XSETREF(S->last, stream);
-    S->last_handle = *handle = (uintptr_t)bits;
+    S->last = stream;
+    S->last_handle = v; /* the reference stream_handle returned */
+    S->last_value = *handle = (uintptr_t)bits;
+    Py_XDECREF(old);
+    Py_XDECREF(old_handle);
     return 1;
 }
 
-static void streams_init(streams_t *S, PyObject *stream_class, PyObject *stream_handle) {
+static void streams_init(streams_t *S, PyObject *stream_class, PyObject *stream_handle, PyObject *known) {
     Py_INCREF(stream_class);
     S->stream_class = stream_class;
     Py_INCREF(stream_handle);
     S->stream_handle = stream_handle;
+    Py_INCREF(known);
+    S->known = known;
 }
 
 static int streams_traverse(streams_t *S, visitproc visit, void *arg) {
     Py_VISIT(S->stream_class);
     Py_VISIT(S->stream_handle);
+    Py_VISIT(S->known);
     Py_VISIT(S->last);
+    Py_VISIT(S->last_handle);
     return 0;
 }
 
 static void streams_clear(streams_t *S) {
     Py_CLEAR(S->stream_class);
     Py_CLEAR(S->stream_handle);
+    Py_CLEAR(S->known);
     Py_CLEAR(S->last);
+    Py_CLEAR(S->last_handle);
 }
 
 static PyObject *fall_back(PyObject *fallback, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    if (PyErr_Occurred()) /* an interrupt during a read: it goes to the caller */
+        return NULL;
     return PyObject_Vectorcall(fallback, args, nargsf, kwnames);
 }
 
@@ -496,10 +529,11 @@ static int launch_checked(Launch *L, footprint_cache_t *cache, PyObject *const *
                           const unsigned *geometry, unsigned shared, uintptr_t stream) {
     uint64_t words[MAX_BUFFER / 8]; /* 8-byte aligned, as the widest slot needs */
     unsigned char *buf = (unsigned char *)words;
+    memset(buf, 0, (size_t)L->size); /* padding as struct writes it: zeros */
     uint64_t address[MAX_PARAMS], extent[MAX_PARAMS], scalars[MAX_PARAMS];
     if (!check_and_pack(L, args, buf, address, extent, scalars))
         return 0;
-    if (L->footprint != NULL) {
+    if (L->footprint != NULL && L->npointers > 0) { /* nothing to compare without pointers */
         int fits = footprints_fit(L, cache, geometry, args, address, extent, scalars);
         if (fits <= 0)
             return fits;
@@ -617,9 +651,9 @@ static int param_init(param_t *p, PyObject *spec) {
         return 0;
     if (strcmp(kind, "pointer") == 0) {
         unsigned long long mask;
-        long ordinal;
+        long long ordinal;
         PyObject *key;
-        if (!PyArg_ParseTuple(spec, "snKlO", &kind, &offset, &mask, &ordinal, &key))
+        if (!PyArg_ParseTuple(spec, "snKLO", &kind, &offset, &mask, &ordinal, &key))
             return 0;
         p->kind = POINTER;
         p->offset = offset;
@@ -658,18 +692,18 @@ static int param_init(param_t *p, PyObject *spec) {
 
 static PyObject *Launch_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"fallback", "params", "function", "launch_kernel", "launch_kernel_ex",
-                            "device_array", "stream_class", "stream_handle", "max_grid", "max_block",
-                            "max_threads", "max_shared", "block", "footprint", "dependent",
+                            "device_array", "stream_class", "stream_handle", "known_streams", "max_grid",
+                            "max_block", "max_threads", "max_shared", "block", "footprint", "dependent",
                             "attribute_id", "check_ints", NULL};
-    PyObject *fallback, *specs, *device_array, *stream_class, *stream_handle, *max_grid, *max_block,
+    PyObject *fallback, *specs, *device_array, *stream_class, *stream_handle, *known, *max_grid, *max_block,
         *block, *footprint;
     unsigned long long function, launch_kernel, launch_kernel_ex;
     unsigned max_threads, max_shared, attribute_id;
     int dependent, check_ints;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOKKKOOOOOIIOOpIp", names, &fallback, &specs, &function,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOKKKOOOO!OOIIOOpIp", names, &fallback, &specs, &function,
                                      &launch_kernel, &launch_kernel_ex, &device_array, &stream_class,
-                                     &stream_handle, &max_grid, &max_block, &max_threads, &max_shared,
-                                     &block, &footprint, &dependent, &attribute_id, &check_ints))
+                                     &stream_handle, &PySet_Type, &known, &max_grid, &max_block, &max_threads,
+                                     &max_shared, &block, &footprint, &dependent, &attribute_id, &check_ints))
         return NULL;
     if (!PyCallable_Check(fallback) || !PyCallable_Check(stream_handle) ||
         (footprint != Py_None && !PyCallable_Check(footprint))) {
@@ -706,6 +740,8 @@ static PyObject *Launch_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
             L->npointers++;
         else
             L->nscalars++;
+        if (L->params[i].offset + L->params[i].size > L->size)
+            L->size = L->params[i].offset + L->params[i].size; /* the buffer ends with the last slot */
     }
     if (!three(max_grid, L->max_grid, "max_grid") || !three(max_block, L->max_block, "max_block"))
         goto fail;
@@ -729,7 +765,7 @@ static PyObject *Launch_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     L->fallback = fallback;
     Py_INCREF(device_array);
     L->device_array = device_array;
-    streams_init(&L->streams, stream_class, stream_handle);
+    streams_init(&L->streams, stream_class, stream_handle, known);
     if (footprint != Py_None) {
         Py_INCREF(footprint);
         L->footprint = footprint;
@@ -909,6 +945,7 @@ static PyObject *Prepared_vectorcall(PyObject *self, PyObject *const *args, size
     if (P->raw) {
         uint64_t words[MAX_BUFFER / 8];
         unsigned char *buf = (unsigned char *)words;
+        memset(buf, 0, (size_t)L->size);
         done = pack_raw(L, args, buf) && call_driver(L, P->geometry, P->shared, handle, buf) == 0;
     } else {
         done = launch_checked(L, &P->cache, args, P->geometry, P->shared, handle);
@@ -1028,21 +1065,22 @@ typedef struct {
 typedef struct {
     uint64_t address, nbytes;
     PyObject *shape; /* new reference */
-    PyObject *dtype; /* the DType; borrowed from the launch key or the dtype table */
+    PyObject *dtype; /* the DType (a reference of its own) */
     PyObject *key;   /* new reference: a DeviceArray's launch key, else NULL */
-    long ordinal;
+    long long ordinal;
     int writable;
 } facts_t;
 
 static void facts_clear(facts_t *f) {
     Py_CLEAR(f->shape);
     Py_CLEAR(f->key);
+    Py_CLEAR(f->dtype);
 }
 
 static int read_bool(PyObject *obj, PyObject *name, int want_true) {
     PyObject *v = PyObject_GetAttr(obj, name);
     if (v == NULL) {
-        PyErr_Clear();
+        drop_error();
         return 0;
     }
     int ok = v == (want_true ? Py_True : Py_False);
@@ -1059,20 +1097,21 @@ static int array_facts(QuickOps *Q, PyObject *v, facts_t *f) {
     if (cls == Q->device_array) {
         f->key = PyObject_GetAttr(v, s_launch_key); /* (device, dtype) while open and not empty */
         if (f->key == NULL) {
-            PyErr_Clear();
+            drop_error();
             return 0;
         }
         if (!PyTuple_CheckExact(f->key) || PyTuple_GET_SIZE(f->key) != 2)
             goto no;
         f->dtype = PyTuple_GET_ITEM(f->key, 1);
+        Py_INCREF(f->dtype);
         if (!read_u64(PyTuple_GET_ITEM(f->key, 0), s_ordinal, &bits))
             goto no;
-        f->ordinal = (long)bits;
+        f->ordinal = (long long)bits;
         if (!read_u64(v, s_address, &f->address) || !read_u64(v, s_nbytes, &f->nbytes))
             goto no;
         f->shape = PyObject_GetAttr(v, s_shape);
         if (f->shape == NULL) {
-            PyErr_Clear();
+            drop_error();
             goto no;
         }
         f->writable = 1;
@@ -1088,20 +1127,22 @@ static int array_facts(QuickOps *Q, PyObject *v, facts_t *f) {
     PyObject *torch_dtype = tensor_read(R, T_DTYPE, v);
     if (torch_dtype == NULL)
         return 0;
-    f->dtype = PyDict_GetItemWithError(Q->torch_dtypes, torch_dtype); /* the table keeps it */
+    PyObject *dtype = PyDict_GetItemWithError(Q->torch_dtypes, torch_dtype);
     Py_DECREF(torch_dtype);
-    if (f->dtype == NULL || f->dtype == Py_None) {
-        PyErr_Clear();
+    if (dtype == NULL || dtype == Py_None) {
+        drop_error();
         return 0;
     }
+    Py_INCREF(dtype);
+    f->dtype = dtype;
     if (!tensor_u64(R, T_DATA_PTR, v, &f->address))
-        return 0;
+        goto no;
     f->shape = tensor_read(R, T_SHAPE, v);
     if (f->shape == NULL)
-        return 0;
+        goto no;
     if (!tensor_u64(R, T_GET_DEVICE, v, &bits))
         goto no;
-    f->ordinal = (long)bits;
+    f->ordinal = (long long)bits;
     PyObject *grad = tensor_read(R, T_REQUIRES_GRAD, v);
     if (grad == NULL)
         goto no;
@@ -1121,18 +1162,21 @@ static int same_kind(const facts_t *f, const facts_t *wide) {
     return f->dtype == wide->dtype && f->ordinal == wide->ordinal;
 }
 
-/* The table's entry for ``key`` (a new reference), while its device is open; else NULL. */
+/* The table's entry for ``key`` (a new reference), while its device is open; else NULL.
+ * The reference is taken before anything else runs: reading ``closed`` runs Python code,
+ * during which another thread may drop the entry from the table. */
 static PyObject *quick_entry(QuickOps *Q, PyObject *key) {
     PyObject *call = PyDict_GetItemWithError(Q->table, key);
     if (call == NULL) {
-        PyErr_Clear();
+        drop_error();
         return NULL;
     }
-    if (!PyTuple_Check(call) || PyTuple_GET_SIZE(call) != 4) /* (device, shapes, record, launches) */
-        return NULL;
-    if (!read_bool(PyTuple_GET_ITEM(call, 0), s_closed, 0))
-        return NULL;
     Py_INCREF(call);
+    if (!PyTuple_Check(call) || PyTuple_GET_SIZE(call) != 4 /* (device, shapes, record, launches) */
+        || !read_bool(PyTuple_GET_ITEM(call, 0), s_closed, 0)) {
+        Py_DECREF(call);
+        return NULL;
+    }
     return call;
 }
 
@@ -1203,16 +1247,16 @@ static PyObject *entry_for(QuickOps *Q, PyObject *shape, PyObject *dim, const fa
     Py_ssize_t lead = shape != NULL ? 5 : 4, at = 0;
     PyObject *key = PyTuple_New(lead + nrest);
     if (key == NULL) {
-        PyErr_Clear();
+        drop_error();
         return NULL;
     }
-    PyObject *made[3] = {PyObject_GetAttr(wide->dtype, s_name), PyLong_FromLong(wide->ordinal),
+    PyObject *made[3] = {PyObject_GetAttr(wide->dtype, s_name), PyLong_FromLongLong(wide->ordinal),
                          PyLong_FromUnsignedLongLong(handle)};
     if (made[0] == NULL || made[1] == NULL || made[2] == NULL) {
         for (int i = 0; i < 3; i++)
             Py_XDECREF(made[i]);
         Py_DECREF(key);
-        PyErr_Clear();
+        drop_error();
         return NULL;
     }
     if (shape != NULL) {
@@ -1239,38 +1283,49 @@ static uint64_t dtype_itemsize(PyObject *dtype) {
     int negative = 0, ok = v != NULL && int_bits(v, &size, &negative) && !negative;
     Py_XDECREF(v);
     if (!ok) {
-        PyErr_Clear();
+        drop_error();
         return 0;
     }
     return size;
 }
 
-/* split(dy, sizes, dim, out, stream) -> bool: ops._backward_quick for a call it has seen. */
+/* False, or NULL where an interrupt is pending (see drop_error). */
+static PyObject *quick_false(void) {
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_FALSE;
+}
+
+/* split(dy, sizes, dim, out, stream) -> bool: ops._backward_quick for a call it has seen.
+ * ``sizes`` and ``out`` are read as tuples made first: reading the arrays runs Python
+ * code, during which another thread may change a list. */
 static PyObject *QuickOps_split(QuickOps *Q, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5) {
         PyErr_SetString(PyExc_TypeError, "split(dy, sizes, dim, out, stream)");
         return NULL;
     }
-    PyObject *dy = args[0], *sizes = args[1], *dim = args[2], *out = args[3];
-    if ((!PyList_CheckExact(out) && !PyTuple_CheckExact(out)) || !PyLong_CheckExact(dim))
+    PyObject *dy = args[0], *dim = args[2];
+    if ((!PyList_CheckExact(args[3]) && !PyTuple_CheckExact(args[3])) || !PyLong_CheckExact(dim))
         Py_RETURN_FALSE;
-    if (!PyList_CheckExact(sizes) && !PyTuple_CheckExact(sizes))
+    if (!PyList_CheckExact(args[1]) && !PyTuple_CheckExact(args[1]))
         Py_RETURN_FALSE;
-    Py_ssize_t nsizes = PySequence_Fast_GET_SIZE(sizes), nout = PySequence_Fast_GET_SIZE(out);
-    PyObject **size_items = PySequence_Fast_ITEMS(sizes);
-    for (Py_ssize_t i = 0; i < nsizes; i++)
-        if (!PyLong_CheckExact(size_items[i])) /* a bool equals 1 as a key, but is refused */
-            Py_RETURN_FALSE;
-    if (nout > MAX_PIECES)
-        Py_RETURN_FALSE;
-    uintptr_t handle;
-    if (!resolve_stream(&Q->streams, args[4], &handle))
-        Py_RETURN_FALSE;
+    PyObject *sizes = PySequence_Tuple(args[1]), *out = PySequence_Tuple(args[3]);
+    PyObject *call = NULL, *result = Py_False;
     facts_t wide, piece;
-    if (!array_facts(Q, dy, &wide))
-        Py_RETURN_FALSE;
-    PyObject *result = Py_False;
-    PyObject *call = entry_for(Q, wide.shape, dim, &wide, handle, size_items, nsizes);
+    int have_wide = 0;
+    if (sizes == NULL || out == NULL) {
+        result = NULL;
+        goto done;
+    }
+    Py_ssize_t nsizes = PyTuple_GET_SIZE(sizes), nout = PyTuple_GET_SIZE(out);
+    for (Py_ssize_t i = 0; i < nsizes; i++)
+        if (!PyLong_CheckExact(PyTuple_GET_ITEM(sizes, i))) /* a bool equals 1 as a key, but is refused */
+            goto done;
+    uintptr_t handle;
+    if (nout > MAX_PIECES || !resolve_stream(&Q->streams, args[4], &handle) || !array_facts(Q, dy, &wide))
+        goto done;
+    have_wide = 1;
+    call = entry_for(Q, wide.shape, dim, &wide, handle, &PyTuple_GET_ITEM(sizes, 0), nsizes);
     if (call == NULL)
         goto done;
     PyObject *wants = PyTuple_GET_ITEM(call, 1);
@@ -1282,16 +1337,15 @@ static PyObject *QuickOps_split(QuickOps *Q, PyObject *const *args, Py_ssize_t n
     uint64_t mask = itemsize - 1, aligns = wide.address & 15, last = 0;
     uint64_t starts[MAX_PIECES], lengths[MAX_PIECES], pieces[MAX_PIECES];
     int ordered = 1;
-    PyObject **outs = PySequence_Fast_ITEMS(out);
     for (Py_ssize_t i = 0; i < nout; i++) {
-        if (!array_facts(Q, outs[i], &piece))
+        if (!array_facts(Q, PyTuple_GET_ITEM(out, i), &piece))
             goto done;
         int eq = PyObject_RichCompareBool(piece.shape, PyTuple_GET_ITEM(wants, i), Py_EQ);
         int fits = eq == 1 && same_kind(&piece, &wide) && piece.writable;
         uint64_t p = piece.address, n = piece.nbytes;
         facts_clear(&piece);
         if (eq < 0)
-            PyErr_Clear();
+            drop_error();
         if (!fits || (p & mask) || (p < end && wide.address < p + n)) /* misaligned, or shares dy's bytes */
             goto done;
         if (p < last)
@@ -1310,40 +1364,49 @@ static PyObject *QuickOps_split(QuickOps *Q, PyObject *const *args, Py_ssize_t n
         result = Py_True;
 done:
     Py_XDECREF(call);
-    facts_clear(&wide);
+    if (have_wide)
+        facts_clear(&wide);
+    Py_XDECREF(sizes);
+    Py_XDECREF(out);
+    if (result == Py_False)
+        return quick_false();
     Py_XINCREF(result);
     return result;
 }
 
-/* join(xs, dim, out, stream) -> bool: ops._forward_quick for a call it has seen. */
+/* join(xs, dim, out, stream) -> bool: ops._forward_quick for a call it has seen (``xs``
+ * read as a tuple made first, as in split). */
 static PyObject *QuickOps_join(QuickOps *Q, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4) {
         PyErr_SetString(PyExc_TypeError, "join(xs, dim, out, stream)");
         return NULL;
     }
-    PyObject *xs = args[0], *dim = args[1], *out = args[2];
-    if ((!PyList_CheckExact(xs) && !PyTuple_CheckExact(xs)) || !PyLong_CheckExact(dim))
+    PyObject *dim = args[1], *out = args[2];
+    if ((!PyList_CheckExact(args[0]) && !PyTuple_CheckExact(args[0])) || !PyLong_CheckExact(dim))
         Py_RETURN_FALSE;
-    Py_ssize_t nxs = PySequence_Fast_GET_SIZE(xs);
-    if (nxs == 0 || nxs > MAX_PIECES)
-        Py_RETURN_FALSE;
-    uintptr_t handle;
-    if (!resolve_stream(&Q->streams, args[3], &handle))
-        Py_RETURN_FALSE;
-    facts_t wide, piece;
-    if (!array_facts(Q, out, &wide))
-        Py_RETURN_FALSE;
+    PyObject *xs = PySequence_Tuple(args[0]);
     PyObject *call = NULL, *result = Py_False, *shapes[MAX_PIECES] = {NULL};
-    Py_ssize_t nshapes = 0;
-    uint64_t itemsize = dtype_itemsize(wide.dtype), pieces[MAX_PIECES];
+    Py_ssize_t nshapes = 0, nxs = xs != NULL ? PyTuple_GET_SIZE(xs) : 0;
+    facts_t wide, piece;
+    int have_wide = 0;
+    uint64_t pieces[MAX_PIECES];
+    if (xs == NULL) {
+        result = NULL;
+        goto done;
+    }
+    uintptr_t handle;
+    if (nxs == 0 || nxs > MAX_PIECES || !resolve_stream(&Q->streams, args[3], &handle) ||
+        !array_facts(Q, out, &wide))
+        goto done;
+    have_wide = 1;
+    uint64_t itemsize = dtype_itemsize(wide.dtype);
     if (!wide.writable || itemsize == 0)
         goto done;
     uint64_t mask = itemsize - 1, end = wide.address + wide.nbytes, aligns = wide.address & 15;
     if (wide.address & mask)
         goto done;
-    PyObject **items = PySequence_Fast_ITEMS(xs);
     for (Py_ssize_t i = 0; i < nxs; i++) { /* inputs may share memory with each other, not with y */
-        if (!array_facts(Q, items[i], &piece))
+        if (!array_facts(Q, PyTuple_GET_ITEM(xs, i), &piece))
             goto done;
         int fits = same_kind(&piece, &wide);
         uint64_t p = piece.address, n = piece.nbytes;
@@ -1363,7 +1426,8 @@ static PyObject *QuickOps_join(QuickOps *Q, PyObject *const *args, Py_ssize_t na
         goto done;
     int eq = PyObject_RichCompareBool(wide.shape, PyTuple_GET_ITEM(wants, 0), Py_EQ);
     if (eq != 1) {
-        PyErr_Clear();
+        if (eq < 0)
+            drop_error();
         goto done;
     }
     int launched = quick_launch(call, aligns, wide.address, pieces, nxs);
@@ -1375,7 +1439,11 @@ done:
     for (Py_ssize_t i = 0; i < nshapes; i++)
         Py_DECREF(shapes[i]);
     Py_XDECREF(call);
-    facts_clear(&wide);
+    if (have_wide)
+        facts_clear(&wide);
+    Py_XDECREF(xs);
+    if (result == Py_False)
+        return quick_false();
     Py_XINCREF(result);
     return result;
 }
@@ -1394,10 +1462,10 @@ static PyObject *QuickOps_bind_torch(QuickOps *Q, PyObject *args) {
 }
 
 static PyObject *QuickOps_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"table", "device_array", "stream_class", "stream_handle", NULL};
-    PyObject *table, *device_array, *stream_class, *stream_handle;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOO", names, &PyDict_Type, &table, &device_array,
-                                     &stream_class, &stream_handle))
+    static char *names[] = {"table", "device_array", "stream_class", "stream_handle", "known_streams", NULL};
+    PyObject *table, *device_array, *stream_class, *stream_handle, *known;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOOO!", names, &PyDict_Type, &table, &device_array,
+                                     &stream_class, &stream_handle, &PySet_Type, &known))
         return NULL;
     QuickOps *Q = (QuickOps *)type->tp_alloc(type, 0);
     if (Q == NULL)
@@ -1406,7 +1474,7 @@ static PyObject *QuickOps_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     Q->table = table;
     Py_INCREF(device_array);
     Q->device_array = device_array;
-    streams_init(&Q->streams, stream_class, stream_handle);
+    streams_init(&Q->streams, stream_class, stream_handle, known);
     return (PyObject *)Q;
 }
 

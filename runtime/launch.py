@@ -64,7 +64,7 @@ from .arrays import PointerParam, ScalarParam, int_pointer_extent, pointer_value
 from .errors import ForkedProcessError
 from .layout import ArgumentLayout, ParamBuffer
 from .memory import DeviceArray
-from .stream import Stream, stream_handle
+from .stream import Stream, known_stream_handles, stream_handle
 
 if TYPE_CHECKING:
     from .device import Device
@@ -374,7 +374,11 @@ def compiled_ops(table: dict[Any, Any]) -> Any:
     if _fastlaunch is None:
         return None
     return _fastlaunch.QuickOps(
-        table=table, device_array=DeviceArray, stream_class=Stream, stream_handle=stream_handle
+        table=table,
+        device_array=DeviceArray,
+        stream_class=Stream,
+        stream_handle=stream_handle,
+        known_streams=known_stream_handles(),
     )
 
 
@@ -894,7 +898,7 @@ class Launcher:
             self.launch, self.pack, self._prepare, self._close, self._bind_torch, self._check_ints = functions
             self.python_launch = self.launch
             if compiled or (compiled is None and _use_compiled[0] and _fastlaunch is not None):
-                self._fast = self._compiled(binding, block, max_threads_per_block, dependent_launch, compiled)
+                self._fast = self._compiled(binding, block, max_threads_per_block, compiled)
             _launchers.add(self)
         if self._fast is not None:
             self.launch = self._fast
@@ -906,21 +910,25 @@ class Launcher:
         binding: Binding,
         block: tuple[int, int, int] | None,
         max_threads: int,
-        dependent: bool,
         insist: bool | None,
     ) -> Any:
         """The compiled launch (a ``runtime._fastlaunch.Launch``), or None where this
         function or binding cannot have one: a binding without entry points, a driver
-        without cuLaunchKernelEx for a dependent kernel, more parameters or a larger
-        buffer than the C path holds on its stack."""
+        whose entry points cannot be found, more parameters or a larger buffer than the C
+        path holds on its stack. A dependent kernel goes through cuLaunchKernelEx exactly
+        where the Python path would (``dependent_launch``: the binding has the Ex call)."""
         why = compiled_launch_available()
         entry_points = getattr(binding, "entry_points", None)
         if not why and entry_points is None:
             why = f"the {binding.name} binding gives no entry points"
         if not why:
-            launch_kernel, launch_kernel_ex = entry_points()
-            if dependent and not launch_kernel_ex:
-                why = "the driver has no cuLaunchKernelEx for this dependent kernel"
+            try:
+                launch_kernel, launch_kernel_ex = entry_points()
+            except (OSError, AttributeError) as err:  # libcuda without the symbols asked for
+                why = f"the driver's entry points: {err}"
+        if not why:
+            if not launch_kernel or (self.dependent_launch and not launch_kernel_ex):
+                why = "the driver has no cuLaunchKernel, or no cuLaunchKernelEx for this dependent kernel"
             elif len(self.params) > _fastlaunch.MAX_PARAMS or self.layout.size > _fastlaunch.MAX_BUFFER:
                 why = f"{len(self.params)} parameters in {self.layout.size} bytes is more than it holds"
         if why:
@@ -946,13 +954,14 @@ class Launcher:
             device_array=DeviceArray,
             stream_class=Stream,
             stream_handle=stream_handle,
+            known_streams=known_stream_handles(),
             max_grid=device.max_grid,
             max_block=device.max_block,
             max_threads=max_threads,
             max_shared=device.max_shared_memory_per_block,
             block=block,
             footprint=self._footprint_need if self._footprints is not None else None,
-            dependent=dependent,
+            dependent=self.dependent_launch,
             attribute_id=PROGRAMMATIC_STREAM_SERIALIZATION,
             check_ints=self._int_checks_on,
         )

@@ -35,6 +35,13 @@ def trust_stream_handle(handle: int) -> int:
     return handle
 
 
+def known_stream_handles() -> set[int]:
+    """The live set of the handles :func:`stream_handle` accepts as ints (the default
+    streams, those seen through stream objects or vouched for; a closed Stream's handle
+    leaves it), for the compiled launch path, which re-checks a remembered handle in it."""
+    return _known_streams
+
+
 def _forget_stream_handle(handle: int) -> None:
     if handle not in _DEFAULT_STREAMS:
         _known_streams.discard(handle)

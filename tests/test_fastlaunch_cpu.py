@@ -224,8 +224,12 @@ def test_a_failed_c_launch_is_taken_over_by_the_python_path():
 
 
 def test_dependent_kernels_go_through_ex_with_the_attribute():
+    """Where the binding has cuLaunchKernelEx, as the Python path does; where it has not
+    (cffi, ctypes), plainly, as the Python path does: which path takes a call never
+    changes how the kernel is launched."""
     kernel = FastcatVec(direction="backward", width=4, dependent_launch=True)
-    fn, binding = compiled(kernel)
+    fn, binding = compiled(kernel, ex=True)
+    assert fn.launcher.dependent_launch
     args = (0x1000, 64, 9, 4, 0x9000, 16)
     fn.launch((4, 1, 1), kernel.block, args, stream=77)
     fn.prepare((4, 1, 1), kernel.block, stream=77)(*args)
@@ -235,10 +239,76 @@ def test_dependent_kernels_go_through_ex_with_the_attribute():
     ] * 3
     block = kernel.block
     assert [c.args[1:9] for c in binding.calls] == [(4, 1, 1, *block, 0, 77)] * 2 + [(8, 1, 1, *block, 0, 0)]
+    fn, binding = compiled(kernel, ex=False)  # no Ex call in the binding
+    assert not fn.launcher.dependent_launch
+    fn.launch((4, 1, 1), kernel.block, args)
+    fn.launcher.python_launch((4, 1, 1), kernel.block, args)
+    assert [(c.via, c.compiled, c.attributes) for c in binding.calls] == [
+        ("cuLaunchKernel", True, ()),
+        ("cuLaunchKernel", False, ()),
+    ]
     plain = FastcatVec(direction="backward", width=4)
-    fn, binding = compiled(plain)
+    fn, binding = compiled(plain, ex=True)
     fn.launch((4, 1, 1), plain.block, args)
     assert [(c.via, c.attributes) for c in binding.calls] == [("cuLaunchKernel", ())]
+
+
+def test_a_remembered_stream_handle_is_dropped_once_the_runtime_forgets_it():
+    """An int handle (or any stream object) is remembered with its handle, but used again
+    only while the runtime knows the handle: once the Stream that made it is closed, the
+    C path hands the call to the Python path, which refuses it."""
+    from runtime import stream as streams
+
+    fn, binding = compiled(K)
+    handle = streams.trust_stream_handle(0x5555_0000)
+    args = seed_args(fn)
+    fn.launch(K.grid(8, 16), K.block, args, stream=handle)
+    assert binding.calls[-1].compiled and binding.calls[-1].args[8] == handle
+    streams._forget_stream_handle(handle)  # what Stream.close() does
+    with pytest.raises(ValueError, match="not a stream this runtime knows"):
+        fn.launch(K.grid(8, 16), K.block, args, stream=handle)
+    assert len(binding.calls) == 1
+
+
+class _FinalizingStream:
+    """A stream object whose finalizer launches, on another stream."""
+
+    def __init__(self, handle, on_del=None):
+        self.cuda_stream = handle
+        self.on_del = on_del
+
+    def __del__(self):
+        if self.on_del:
+            self.on_del()
+
+
+def test_a_finalizer_that_launches_finds_the_remembered_stream_whole():
+    """The remembered stream object and its handle are replaced together: a launch made
+    from the old object's finalizer (while it is being replaced) goes on the stream it
+    names."""
+    fn, binding = compiled(K)
+    args = seed_args(fn)
+    second = _FinalizingStream(0x2222)
+    first = _FinalizingStream(0x1111, on_del=lambda: fn.launch(K.grid(8, 16), K.block, args, stream=second))
+    fn.launch(K.grid(8, 16), K.block, args, stream=first)
+    del first  # only the C path remembers it now
+    fn.launch(K.grid(8, 16), K.block, args, stream=second)
+    assert [c.args[8] for c in binding.calls] == [0x1111, 0x2222, 0x2222]
+
+
+def test_an_interrupt_while_reading_an_argument_is_not_lost(monkeypatch):
+    """A KeyboardInterrupt raised while the C path reads a stream object reaches the
+    caller, with nothing launched; an ordinary error there goes to the Python path."""
+
+    class Interrupting:
+        @property
+        def cuda_stream(self):
+            raise KeyboardInterrupt
+
+    fn, binding = compiled(K)
+    with pytest.raises(KeyboardInterrupt):
+        fn.launch(K.grid(8, 16), K.block, seed_args(fn), stream=Interrupting())
+    assert binding.calls == []
 
 
 def test_the_attribute_number_is_the_drivers():

@@ -703,3 +703,55 @@ def test_the_c_quick_path_leaks_no_reference(mixed, monkeypatch, launch_path):
     watched = (dy, y, *out, sizes, wrong, dy.shape, out[0].shape, out[0].launch_key)
     before, after = reference_counts_after(watched, calls, refused, 300)
     assert after == before
+
+
+def test_the_c_quick_path_survives_python_code_run_in_the_middle(emulated, monkeypatch, launch_path):
+    """Reading an argument runs Python code (a property, a stream's ``cuda_stream``), during
+    which another thread may drop a table entry or change a list the call was given: the
+    C quick path holds what it reads (an entry, a tuple of the lists) and neither crashes
+    nor launches what the call did not ask for."""
+    if launch_path != "compiled":
+        pytest.skip("the C quick path's own test")
+    from runtime import stream as streams
+
+    emulated.closed = False
+    monkeypatch.setattr(ops, "device_of", lambda ordinal: emulated)
+    data = np.arange(40, dtype=np.float32).reshape(4, 10)
+    dy = _device_array(emulated, (4, 10), "f32", data)
+    out = [_device_array(emulated, (4, s), "f32") for s in (3, 7)]
+    runtime.channel_cat_backward(dy, [3, 7], 1, out=out)  # the entry is made
+    armed = [True]
+
+    class Closing(type(emulated)):
+        @property
+        def closed(self):  # another thread's clear_plans() while this one reads it
+            if armed[0]:
+                armed[0] = False
+                ops._quick_calls.clear()
+            return False
+
+    monkeypatch.setattr(emulated, "__class__", Closing)
+    assert ops._quick_c.split(dy, [3, 7], 1, out, None) in (True, False)
+    sizes = [3, 7]
+
+    class Racy:  # a stream whose handle lookup changes the list of sizes
+        @property
+        def cuda_stream(self):
+            sizes[:] = [10**20 + i for i in range(1000)]
+            return 0
+
+    before = len(emulated.launches)
+    runtime.channel_cat_backward(dy, [3, 7], 1, out=out)  # the entry again
+    per_op = len(emulated.launches) - before
+    before = len(emulated.launches)
+    ops._quick_c.split(dy, sizes, 1, out, Racy())  # the sizes as given: [3, 7]
+    assert len(emulated.launches) - before in (0, per_op)
+    assert np.array_equal(emulated.read(out[0], np.float32), data[:, :3])
+    handle = streams.trust_stream_handle(0x7777_0000)
+    runtime.channel_cat_backward(dy, [3, 7], 1, out=out, stream=handle)
+    runtime.channel_cat_backward(dy, [3, 7], 1, out=out, stream=handle)  # remembered by the C path
+    streams._forget_stream_handle(handle)  # the Stream that made it closed
+    before = len(emulated.launches)
+    with pytest.raises(ValueError, match="not a stream this runtime knows"):
+        runtime.channel_cat_backward(dy, [3, 7], 1, out=out, stream=handle)
+    assert len(emulated.launches) == before

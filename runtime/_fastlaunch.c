@@ -910,17 +910,21 @@ typedef struct {
     footprint_cache_t cache;
 } Prepared;
 
+/* One trusted value into its slot: a scalar in its C type's range, an address not negative. */
+static int pack_one(const param_t *p, uint64_t bits, int negative, unsigned char *buf) {
+    if (p->kind == SCALAR ? !in_range(bits, negative, p->raw_low, p->raw_high) : negative)
+        return 0;
+    memcpy(buf + p->offset, &bits, (size_t)p->size);
+    return 1;
+}
+
 /* raw(*values): ints in their C types' ranges, packed as they are. */
 static int pack_raw(Launch *L, PyObject *const *args, unsigned char *buf) {
     for (Py_ssize_t i = 0; i < L->nparams; i++) {
-        const param_t *p = &L->params[i];
         uint64_t bits;
         int negative = 0;
-        if (!int_bits(args[i], &bits, &negative))
+        if (!int_bits(args[i], &bits, &negative) || !pack_one(&L->params[i], bits, negative, buf))
             return 0;
-        if (p->kind == SCALAR ? !in_range(bits, negative, p->raw_low, p->raw_high) : negative)
-            return 0;
-        memcpy(buf + p->offset, &bits, (size_t)p->size);
     }
     return 1;
 }
@@ -1038,6 +1042,295 @@ static PyTypeObject PreparedType = {
     .tp_getset = Prepared_getset,
 };
 
+#define MAX_PIECES 15 /* the alignment key holds 4 bits per array in 64 */
+
+/* --- the ops' steps ---------------------------------------------------------------- */
+/*
+ * runtime/ops.py runs a plan's steps as one function of the arrays' base addresses,
+ * ``launch(wide, piece_0, piece_1, ...)``, written out as Python source: each step a
+ * prepared raw launch of ints such as ``raw0(p1, w + 64, 48, 80)``. Steps holds the same
+ * recipe as data: per argument of each step, a constant or one of the arrays' addresses
+ * plus a byte offset. Called from Python it does what that function does; QuickOps calls
+ * it with the addresses as C values, so no int object is made on the way to the driver.
+ * A step whose launch C does not take (a closed function, a value out of range, a failed
+ * driver call) is handed, as int objects, to its prepared raw launch, which launches it
+ * through the Python path or raises there; anything else than plain ints as arguments goes
+ * to the Python function whole.
+ */
+
+typedef struct {
+    Prepared *raw;         /* the step's prepared raw launch */
+    Py_ssize_t nargs;
+    signed char *source;   /* per argument: -1 a constant, 0 the wide array, i + 1 piece i */
+    uint64_t *value;       /* the constant's bits, or the byte offset */
+    unsigned char *negative; /* a constant below zero */
+} step_t;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *fallback; /* the Python function of the same steps */
+    Py_ssize_t npieces, nsteps;
+    step_t *steps;
+} Steps;
+
+static PyTypeObject StepsType;
+
+/* The step's argument ``i`` as an int object, as the Python function computes it. */
+static PyObject *step_value(const step_t *st, Py_ssize_t i, const uint64_t *bases) {
+    if (st->source[i] < 0)
+        return st->negative[i] ? PyLong_FromLongLong((long long)st->value[i])
+                               : PyLong_FromUnsignedLongLong(st->value[i]);
+    PyObject *base = PyLong_FromUnsignedLongLong(bases[st->source[i]]);
+    if (base == NULL || st->value[i] == 0)
+        return base;
+    PyObject *offset = PyLong_FromUnsignedLongLong(st->value[i]);
+    PyObject *sum = offset != NULL ? PyNumber_Add(base, offset) : NULL;
+    Py_DECREF(base);
+    Py_XDECREF(offset);
+    return sum;
+}
+
+/* The step through the Python path of its prepared raw launch (the function the C raw
+ * launch falls back to), with int objects: 0 done, -1 error. C has either refused the
+ * step or had the driver refuse it: the Python path packs and calls once more, retrying
+ * with the context made current, or raises, as the Python function's raw call would. */
+static int step_through_python(const step_t *st, const uint64_t *bases) {
+    PyObject *values[MAX_PARAMS];
+    Py_ssize_t made = 0;
+    int result = -1;
+    for (; made < st->nargs; made++) {
+        values[made] = step_value(st, made, bases);
+        if (values[made] == NULL)
+            goto done;
+    }
+    /* held across the call: a cleared raw launch drops its fallback (and then raises) */
+    PyObject *target = st->raw->fallback != NULL ? st->raw->fallback : (PyObject *)st->raw;
+    Py_INCREF(target);
+    PyObject *r = PyObject_Vectorcall(target, values, (size_t)st->nargs, NULL);
+    Py_DECREF(target);
+    if (r != NULL) {
+        Py_DECREF(r);
+        result = 0;
+    }
+done:
+    for (Py_ssize_t i = 0; i < made; i++)
+        Py_DECREF(values[i]);
+    return result;
+}
+
+/* Every step, given ``bases``: [0] the wide array's address, [i + 1] piece i's. 0 all
+ * launched; -1 an error set (the steps before it were launched, as in Python). */
+static int steps_run(Steps *S, const uint64_t *bases) {
+    for (Py_ssize_t k = 0; k < S->nsteps; k++) {
+        const step_t *st = &S->steps[k];
+        Prepared *P = st->raw;
+        Launch *L = P->launch;
+        int done = 0;
+        if (L != NULL && L->open && P->fallback != NULL) {
+            uint64_t words[MAX_BUFFER / 8];
+            unsigned char *buf = (unsigned char *)words;
+            memset(buf, 0, (size_t)L->size);
+            done = 1;
+            for (Py_ssize_t i = 0; done && i < st->nargs; i++) {
+                uint64_t bits = st->value[i];
+                int negative = st->negative[i];
+                if (st->source[i] >= 0) { /* an address plus an offset: past 2**64 is Python's to refuse */
+                    uint64_t base = bases[st->source[i]];
+                    if (bits > UINT64_MAX - base) {
+                        done = 0;
+                        break;
+                    }
+                    bits += base;
+                }
+                done = pack_one(&L->params[i], bits, negative, buf);
+            }
+            done = done && call_driver(L, P->geometry, P->shared, P->stream_handle, buf) == 0;
+        }
+        if (!done && step_through_python(st, bases) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static PyObject *Steps_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Steps *S = (Steps *)self;
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    uint64_t bases[MAX_PIECES + 1];
+    int ok = S->fallback != NULL && S->steps != NULL && kwnames == NULL && n == S->npieces + 1;
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        int negative = 0;
+        ok = int_bits(args[i], &bases[i], &negative) && !negative;
+    }
+    if (!ok) {
+        if (S->fallback == NULL) {
+            PyErr_SetString(PyExc_ValueError, "these steps were cleared");
+            return NULL;
+        }
+        return fall_back(S->fallback, args, nargsf, kwnames);
+    }
+    if (steps_run(S, bases) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static void steps_free(Steps *S) {
+    if (S->steps == NULL)
+        return;
+    for (Py_ssize_t k = 0; k < S->nsteps; k++) {
+        PyMem_Free(S->steps[k].source);
+        PyMem_Free(S->steps[k].value);
+        PyMem_Free(S->steps[k].negative);
+    }
+    PyMem_Free(S->steps);
+    S->steps = NULL;
+}
+
+/* One step from ``(raw, recipe)``: recipe holds, per argument of the kernel, an int (a
+ * constant) or ``(array, byte_offset)`` with array 0 the wide array and i + 1 piece i. */
+static int step_init(step_t *st, PyObject *pair, Py_ssize_t npieces) {
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+        !PyObject_TypeCheck(PyTuple_GET_ITEM(pair, 0), &PreparedType) || !PyTuple_Check(PyTuple_GET_ITEM(pair, 1))) {
+        PyErr_SetString(PyExc_TypeError, "each step is (prepared raw launch, tuple of arguments)");
+        return 0;
+    }
+    Prepared *P = (Prepared *)PyTuple_GET_ITEM(pair, 0);
+    PyObject *recipe = PyTuple_GET_ITEM(pair, 1);
+    if (!P->raw || P->launch == NULL || PyTuple_GET_SIZE(recipe) != P->launch->nparams) {
+        PyErr_SetString(PyExc_ValueError, "a step needs a prepared raw launch and one recipe per parameter");
+        return 0;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(recipe);
+    st->nargs = n;
+    st->source = PyMem_Calloc((size_t)n + 1, 1);
+    st->value = PyMem_Calloc((size_t)n + 1, sizeof(uint64_t));
+    st->negative = PyMem_Calloc((size_t)n + 1, 1);
+    if (st->source == NULL || st->value == NULL || st->negative == NULL) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(recipe, i);
+        uint64_t bits, array;
+        int negative = 0, ok;
+        if (PyLong_CheckExact(item)) {
+            ok = int_bits(item, &bits, &negative);
+            st->source[i] = -1;
+        } else {
+            ok = PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 2 &&
+                 int_bits(PyTuple_GET_ITEM(item, 0), &array, &negative) && !negative && array <= (uint64_t)npieces &&
+                 int_bits(PyTuple_GET_ITEM(item, 1), &bits, &negative) && !negative;
+            st->source[i] = ok ? (signed char)array : -1;
+        }
+        if (!ok) {
+            PyErr_Format(PyExc_ValueError, "argument %zd of a step is neither an int in 64 bits nor (array, offset)", i);
+            return 0;
+        }
+        st->value[i] = bits;
+        st->negative[i] = (unsigned char)negative;
+    }
+    Py_INCREF(P);
+    st->raw = P;
+    return 1;
+}
+
+static PyObject *Steps_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"pieces", "steps", "fallback", NULL};
+    Py_ssize_t npieces;
+    PyObject *steps, *fallback;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "nO!O", names, &npieces, &PyTuple_Type, &steps, &fallback))
+        return NULL;
+    if (npieces < 0 || npieces > MAX_PIECES || !PyCallable_Check(fallback)) {
+        PyErr_Format(PyExc_ValueError, "Steps takes 0 to %d pieces and a callable fallback", MAX_PIECES);
+        return NULL;
+    }
+    Steps *S = (Steps *)type->tp_alloc(type, 0);
+    if (S == NULL)
+        return NULL;
+    S->vectorcall = Steps_vectorcall;
+    S->npieces = npieces;
+    Py_ssize_t n = PyTuple_GET_SIZE(steps);
+    S->steps = PyMem_Calloc((size_t)n + 1, sizeof(step_t));
+    if (S->steps == NULL) {
+        Py_DECREF(S);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        S->nsteps = k + 1; /* what steps_free and the collector see */
+        if (!step_init(&S->steps[k], PyTuple_GET_ITEM(steps, k), npieces)) {
+            Py_DECREF(S);
+            return NULL;
+        }
+    }
+    Py_INCREF(fallback);
+    S->fallback = fallback;
+    return (PyObject *)S;
+}
+
+static int Steps_traverse(Steps *S, visitproc visit, void *arg) {
+    Py_VISIT(S->fallback);
+    if (S->steps != NULL)
+        for (Py_ssize_t k = 0; k < S->nsteps; k++)
+            Py_VISIT(S->steps[k].raw);
+    return 0;
+}
+
+static int Steps_clear(Steps *S) {
+    Py_CLEAR(S->fallback);
+    if (S->steps != NULL)
+        for (Py_ssize_t k = 0; k < S->nsteps; k++)
+            Py_CLEAR(S->steps[k].raw);
+    steps_free(S);
+    return 0;
+}
+
+static void Steps_dealloc(Steps *S) {
+    PyObject_GC_UnTrack(S);
+    Steps_clear(S);
+    Py_TYPE(S)->tp_free((PyObject *)S);
+}
+
+static PyObject *Steps_get_fallback(Steps *S, void *unused) {
+    if (S->fallback == NULL)
+        Py_RETURN_NONE;
+    Py_INCREF(S->fallback);
+    return S->fallback;
+}
+
+static PyObject *Steps_get_raws(Steps *S, void *unused) {
+    Py_ssize_t n = S->steps != NULL ? S->nsteps : 0;
+    PyObject *t = PyTuple_New(n);
+    if (t == NULL)
+        return NULL;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *raw = S->steps[k].raw != NULL ? (PyObject *)S->steps[k].raw : Py_None;
+        Py_INCREF(raw);
+        PyTuple_SET_ITEM(t, k, raw);
+    }
+    return t;
+}
+
+static PyGetSetDef Steps_getset[] = {
+    {"python", (getter)Steps_get_fallback, NULL, "the Python function of the same steps", NULL},
+    {"raws", (getter)Steps_get_raws, NULL, "each step's prepared raw launch, in order", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject StepsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "runtime._fastlaunch.Steps",
+    .tp_basicsize = sizeof(Steps),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "An op's steps in C: launch(wide, *pieces); see runtime/ops.py.",
+    .tp_new = Steps_new,
+    .tp_dealloc = (destructor)Steps_dealloc,
+    .tp_traverse = (traverseproc)Steps_traverse,
+    .tp_clear = (inquiry)Steps_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Steps, vectorcall),
+    .tp_getset = Steps_getset,
+};
+
 /* --- the ops' common call ---------------------------------------------------------- */
 /*
  * runtime/ops.py checks the common call of channel_cat_backward / channel_cat_forward
@@ -1057,10 +1350,13 @@ typedef struct {
     readers_t readers;       /* how its attributes are read */
     PyObject *torch_dtypes;  /* torch dtype -> DType (arrays._torch_dtypes), once bound */
     streams_t streams;
+    PyObject *dtype, *dtype_name; /* the last DType read and its name ... */
+    uint64_t dtype_itemsize;      /* ... and element size: most calls see one dtype */
+    int enabled;                  /* off: every call answers False (use_compiled_launch) */
+    PyObject *weakrefs;
 } QuickOps;
 
 
-#define MAX_PIECES 15 /* the alignment key holds 4 bits per array in 64 */
 
 typedef struct {
     uint64_t address, nbytes;
@@ -1088,9 +1384,65 @@ static int read_bool(PyObject *obj, PyObject *name, int want_true) {
     return ok;
 }
 
+/* A DType's element size (0 where it has none to read) and, where ``name`` is given, its
+ * name (a new reference, or NULL). The last DType's are kept, by identity and with a
+ * reference, so that the common call reads neither. */
+static uint64_t dtype_facts(QuickOps *Q, PyObject *dtype, PyObject **name) {
+    if (dtype == Q->dtype && Q->dtype_name != NULL) {
+        if (name != NULL) {
+            *name = Q->dtype_name;
+            Py_INCREF(*name);
+        }
+        return Q->dtype_itemsize;
+    }
+    uint64_t size = 0;
+    int negative = 0;
+    PyObject *v = PyObject_GetAttr(dtype, s_itemsize);
+    PyObject *n = v != NULL ? PyObject_GetAttr(dtype, s_name) : NULL;
+    int ok = n != NULL && int_bits(v, &size, &negative) && !negative && size != 0 && (size & (size - 1)) == 0;
+    Py_XDECREF(v);
+    if (!ok) {
+        Py_XDECREF(n);
+        drop_error();
+        return 0;
+    }
+    if (name != NULL) { /* the caller's own, before anything below can run Python code */
+        *name = n;
+        Py_INCREF(n);
+    }
+    Py_INCREF(dtype);
+    PyObject *old = Q->dtype, *old_name = Q->dtype_name; /* all three in place before either goes */
+    Q->dtype = dtype;
+    Q->dtype_name = n; /* the reference GetAttr returned */
+    Q->dtype_itemsize = size;
+    Py_XDECREF(old); /* may run a finalizer, which may call the ops with another dtype */
+    Py_XDECREF(old_name);
+    return size; /* this dtype's, whatever the cache holds by now */
+}
+
+/* The bytes of a contiguous array of ``shape`` (a tuple of ints) and ``itemsize``; 0 where
+ * it holds none, or the shape is not such a tuple, or the count passes 64 bits. */
+static uint64_t shape_nbytes(PyObject *shape, uint64_t itemsize) {
+    if (!PyTuple_Check(shape))
+        return 0;
+    uint64_t total = itemsize;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
+        uint64_t extent;
+        int negative = 0;
+        if (!int_bits(PyTuple_GET_ITEM(shape, i), &extent, &negative) || negative)
+            return 0;
+        if (extent != 0 && total > UINT64_MAX / extent)
+            return 0;
+        total *= extent;
+    }
+    return total;
+}
+
 /* ops._wide_facts / _torch_facts: an open, non-empty DeviceArray, or a contiguous, non-empty
- * CUDA tensor of a dtype we have. 1 filled in; 0 not the common case. */
-static int array_facts(QuickOps *Q, PyObject *v, facts_t *f) {
+ * CUDA tensor of a dtype we have. 1 filled in; 0 not the common case. A tensor's byte count
+ * comes from its shape (one read fewer than nbytes); whether it may be written
+ * (requires_grad) is read only where ``written``. */
+static int array_facts(QuickOps *Q, PyObject *v, facts_t *f, int written) {
     memset(f, 0, sizeof *f);
     PyObject *cls = (PyObject *)Py_TYPE(v);
     uint64_t bits;
@@ -1120,9 +1472,7 @@ static int array_facts(QuickOps *Q, PyObject *v, facts_t *f) {
     if (Q->tensor == NULL || cls != Q->tensor)
         return 0;
     const readers_t *R = &Q->readers;
-    if (!tensor_u64(R, T_NBYTES, v, &f->nbytes) || f->nbytes == 0 || !tensor_is(R, T_IS_CUDA, v, Py_True))
-        return 0;
-    if (!tensor_is(R, T_IS_CONTIGUOUS, v, Py_True))
+    if (!tensor_is(R, T_IS_CUDA, v, Py_True) || !tensor_is(R, T_IS_CONTIGUOUS, v, Py_True))
         return 0;
     PyObject *torch_dtype = tensor_read(R, T_DTYPE, v);
     if (torch_dtype == NULL)
@@ -1140,14 +1490,17 @@ static int array_facts(QuickOps *Q, PyObject *v, facts_t *f) {
     f->shape = tensor_read(R, T_SHAPE, v);
     if (f->shape == NULL)
         goto no;
-    if (!tensor_u64(R, T_GET_DEVICE, v, &bits))
+    f->nbytes = shape_nbytes(f->shape, dtype_facts(Q, dtype, NULL));
+    if (f->nbytes == 0 || !tensor_u64(R, T_GET_DEVICE, v, &bits))
         goto no;
     f->ordinal = (long long)bits;
-    PyObject *grad = tensor_read(R, T_REQUIRES_GRAD, v);
-    if (grad == NULL)
-        goto no;
-    f->writable = grad == Py_False; /* a tensor that requires grad is not written behind autograd */
-    Py_DECREF(grad);
+    if (written) {
+        PyObject *grad = tensor_read(R, T_REQUIRES_GRAD, v);
+        if (grad == NULL)
+            goto no;
+        f->writable = grad == Py_False; /* a tensor that requires grad is not written behind autograd */
+        Py_DECREF(grad);
+    }
     return 1;
 no:
     facts_clear(f);
@@ -1196,6 +1549,14 @@ static int quick_launch(PyObject *call, uint64_t aligns, uint64_t wide, const ui
         return 0;
     }
     Py_INCREF(launch);
+    if (Py_TYPE(launch) == &StepsType && ((Steps *)launch)->npieces == n && ((Steps *)launch)->steps != NULL) {
+        uint64_t bases[MAX_PIECES + 1];
+        bases[0] = wide;
+        memcpy(bases + 1, pieces, (size_t)n * sizeof(uint64_t));
+        int ran = steps_run((Steps *)launch, bases);
+        Py_DECREF(launch);
+        return ran < 0 ? -1 : 1;
+    }
     PyObject *values[MAX_PIECES + 1];
     Py_ssize_t made = 0;
     int result = -1;
@@ -1250,8 +1611,9 @@ static PyObject *entry_for(QuickOps *Q, PyObject *shape, PyObject *dim, const fa
         drop_error();
         return NULL;
     }
-    PyObject *made[3] = {PyObject_GetAttr(wide->dtype, s_name), PyLong_FromLongLong(wide->ordinal),
-                         PyLong_FromUnsignedLongLong(handle)};
+    PyObject *name = NULL;
+    dtype_facts(Q, wide->dtype, &name);
+    PyObject *made[3] = {name, PyLong_FromLongLong(wide->ordinal), PyLong_FromUnsignedLongLong(handle)};
     if (made[0] == NULL || made[1] == NULL || made[2] == NULL) {
         for (int i = 0; i < 3; i++)
             Py_XDECREF(made[i]);
@@ -1276,18 +1638,6 @@ static PyObject *entry_for(QuickOps *Q, PyObject *shape, PyObject *dim, const fa
     return call;
 }
 
-/* The element size of a DType; 0 where it has none to read. */
-static uint64_t dtype_itemsize(PyObject *dtype) {
-    uint64_t size;
-    PyObject *v = PyObject_GetAttr(dtype, s_itemsize);
-    int negative = 0, ok = v != NULL && int_bits(v, &size, &negative) && !negative;
-    Py_XDECREF(v);
-    if (!ok) {
-        drop_error();
-        return 0;
-    }
-    return size;
-}
 
 /* False, or NULL where an interrupt is pending (see drop_error). */
 static PyObject *quick_false(void) {
@@ -1305,6 +1655,8 @@ static PyObject *QuickOps_split(QuickOps *Q, PyObject *const *args, Py_ssize_t n
         return NULL;
     }
     PyObject *dy = args[0], *dim = args[2];
+    if (!Q->enabled)
+        Py_RETURN_FALSE;
     if ((!PyList_CheckExact(args[3]) && !PyTuple_CheckExact(args[3])) || !PyLong_CheckExact(dim))
         Py_RETURN_FALSE;
     if (!PyList_CheckExact(args[1]) && !PyTuple_CheckExact(args[1]))
@@ -1322,7 +1674,7 @@ static PyObject *QuickOps_split(QuickOps *Q, PyObject *const *args, Py_ssize_t n
         if (!PyLong_CheckExact(PyTuple_GET_ITEM(sizes, i))) /* a bool equals 1 as a key, but is refused */
             goto done;
     uintptr_t handle;
-    if (nout > MAX_PIECES || !resolve_stream(&Q->streams, args[4], &handle) || !array_facts(Q, dy, &wide))
+    if (nout > MAX_PIECES || !resolve_stream(&Q->streams, args[4], &handle) || !array_facts(Q, dy, &wide, 0))
         goto done;
     have_wide = 1;
     call = entry_for(Q, wide.shape, dim, &wide, handle, &PyTuple_GET_ITEM(sizes, 0), nsizes);
@@ -1331,14 +1683,14 @@ static PyObject *QuickOps_split(QuickOps *Q, PyObject *const *args, Py_ssize_t n
     PyObject *wants = PyTuple_GET_ITEM(call, 1);
     if (!PyTuple_Check(wants) || PyTuple_GET_SIZE(wants) != nout)
         goto done;
-    uint64_t end = wide.address + wide.nbytes, itemsize = dtype_itemsize(wide.dtype);
+    uint64_t end = wide.address + wide.nbytes, itemsize = dtype_facts(Q, wide.dtype, NULL);
     if (itemsize == 0)
         goto done;
     uint64_t mask = itemsize - 1, aligns = wide.address & 15, last = 0;
     uint64_t starts[MAX_PIECES], lengths[MAX_PIECES], pieces[MAX_PIECES];
     int ordered = 1;
     for (Py_ssize_t i = 0; i < nout; i++) {
-        if (!array_facts(Q, PyTuple_GET_ITEM(out, i), &piece))
+        if (!array_facts(Q, PyTuple_GET_ITEM(out, i), &piece, 1))
             goto done;
         int eq = PyObject_RichCompareBool(piece.shape, PyTuple_GET_ITEM(wants, i), Py_EQ);
         int fits = eq == 1 && same_kind(&piece, &wide) && piece.writable;
@@ -1382,6 +1734,8 @@ static PyObject *QuickOps_join(QuickOps *Q, PyObject *const *args, Py_ssize_t na
         return NULL;
     }
     PyObject *dim = args[1], *out = args[2];
+    if (!Q->enabled)
+        Py_RETURN_FALSE;
     if ((!PyList_CheckExact(args[0]) && !PyTuple_CheckExact(args[0])) || !PyLong_CheckExact(dim))
         Py_RETURN_FALSE;
     PyObject *xs = PySequence_Tuple(args[0]);
@@ -1396,17 +1750,17 @@ static PyObject *QuickOps_join(QuickOps *Q, PyObject *const *args, Py_ssize_t na
     }
     uintptr_t handle;
     if (nxs == 0 || nxs > MAX_PIECES || !resolve_stream(&Q->streams, args[3], &handle) ||
-        !array_facts(Q, out, &wide))
+        !array_facts(Q, out, &wide, 1))
         goto done;
     have_wide = 1;
-    uint64_t itemsize = dtype_itemsize(wide.dtype);
+    uint64_t itemsize = dtype_facts(Q, wide.dtype, NULL);
     if (!wide.writable || itemsize == 0)
         goto done;
     uint64_t mask = itemsize - 1, end = wide.address + wide.nbytes, aligns = wide.address & 15;
     if (wide.address & mask)
         goto done;
     for (Py_ssize_t i = 0; i < nxs; i++) { /* inputs may share memory with each other, not with y */
-        if (!array_facts(Q, PyTuple_GET_ITEM(xs, i), &piece))
+        if (!array_facts(Q, PyTuple_GET_ITEM(xs, i), &piece, 0))
             goto done;
         int fits = same_kind(&piece, &wide);
         uint64_t p = piece.address, n = piece.nbytes;
@@ -1462,10 +1816,12 @@ static PyObject *QuickOps_bind_torch(QuickOps *Q, PyObject *args) {
 }
 
 static PyObject *QuickOps_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"table", "device_array", "stream_class", "stream_handle", "known_streams", NULL};
+    static char *names[] = {"table", "device_array", "stream_class", "stream_handle", "known_streams",
+                            "enabled", NULL};
     PyObject *table, *device_array, *stream_class, *stream_handle, *known;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOOO!", names, &PyDict_Type, &table, &device_array,
-                                     &stream_class, &stream_handle, &PySet_Type, &known))
+    int enabled = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOOO!|p", names, &PyDict_Type, &table, &device_array,
+                                     &stream_class, &stream_handle, &PySet_Type, &known, &enabled))
         return NULL;
     QuickOps *Q = (QuickOps *)type->tp_alloc(type, 0);
     if (Q == NULL)
@@ -1475,6 +1831,7 @@ static PyObject *QuickOps_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     Py_INCREF(device_array);
     Q->device_array = device_array;
     streams_init(&Q->streams, stream_class, stream_handle, known);
+    Q->enabled = enabled;
     return (PyObject *)Q;
 }
 
@@ -1483,6 +1840,8 @@ static int QuickOps_traverse(QuickOps *Q, visitproc visit, void *arg) {
     Py_VISIT(Q->device_array);
     Py_VISIT(Q->tensor);
     Py_VISIT(Q->torch_dtypes);
+    Py_VISIT(Q->dtype);
+    Py_VISIT(Q->dtype_name);
     streams_traverse(&Q->streams, visit, arg);
     return readers_traverse(&Q->readers, visit, arg);
 }
@@ -1492,6 +1851,8 @@ static int QuickOps_clear(QuickOps *Q) {
     Py_CLEAR(Q->device_array);
     Py_CLEAR(Q->tensor);
     Py_CLEAR(Q->torch_dtypes);
+    Py_CLEAR(Q->dtype);
+    Py_CLEAR(Q->dtype_name);
     streams_clear(&Q->streams);
     readers_clear(&Q->readers);
     return 0;
@@ -1499,6 +1860,8 @@ static int QuickOps_clear(QuickOps *Q) {
 
 static void QuickOps_dealloc(QuickOps *Q) {
     PyObject_GC_UnTrack(Q);
+    if (Q->weakrefs != NULL)
+        PyObject_ClearWeakRefs((PyObject *)Q);
     QuickOps_clear(Q);
     Py_TYPE(Q)->tp_free((PyObject *)Q);
 }
@@ -1529,6 +1892,23 @@ static PyMethodDef QuickOps_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyObject *QuickOps_get_enabled(QuickOps *Q, void *unused) { return PyBool_FromLong(Q->enabled); }
+
+static int QuickOps_set_enabled(QuickOps *Q, PyObject *value, void *unused) {
+    if (value == NULL || !PyBool_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "enabled takes True or False");
+        return -1;
+    }
+    Q->enabled = value == Py_True;
+    return 0;
+}
+
+static PyGetSetDef QuickOps_getset[] = {
+    {"enabled", (getter)QuickOps_get_enabled, (setter)QuickOps_set_enabled,
+     "False: every call answers False, and the Python path takes it", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyTypeObject QuickOpsType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "runtime._fastlaunch.QuickOps",
@@ -1540,6 +1920,8 @@ static PyTypeObject QuickOpsType = {
     .tp_traverse = (traverseproc)QuickOps_traverse,
     .tp_clear = (inquiry)QuickOps_clear,
     .tp_methods = QuickOps_methods,
+    .tp_getset = QuickOps_getset,
+    .tp_weaklistoffset = offsetof(QuickOps, weakrefs),
 };
 
 /* --- the module ------------------------------------------------------------------- */
@@ -1570,7 +1952,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__fastlaunch(void) {
     if (!intern_all() || PyType_Ready(&LaunchType) < 0 || PyType_Ready(&PreparedType) < 0 ||
-        PyType_Ready(&QuickOpsType) < 0)
+        PyType_Ready(&StepsType) < 0 || PyType_Ready(&QuickOpsType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -1578,11 +1960,14 @@ PyMODINIT_FUNC PyInit__fastlaunch(void) {
     Py_INCREF(&LaunchType);
     Py_INCREF(&PreparedType);
     Py_INCREF(&QuickOpsType);
+    Py_INCREF(&StepsType);
     if (PyModule_AddObject(m, "Launch", (PyObject *)&LaunchType) < 0 ||
         PyModule_AddObject(m, "QuickOps", (PyObject *)&QuickOpsType) < 0 ||
         PyModule_AddObject(m, "Prepared", (PyObject *)&PreparedType) < 0 ||
+        PyModule_AddObject(m, "Steps", (PyObject *)&StepsType) < 0 ||
         PyModule_AddIntConstant(m, "MAX_BUFFER", MAX_BUFFER) < 0 ||
-        PyModule_AddIntConstant(m, "MAX_PARAMS", MAX_PARAMS) < 0) {
+        PyModule_AddIntConstant(m, "MAX_PARAMS", MAX_PARAMS) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_PIECES", MAX_PIECES) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -365,21 +365,60 @@ def use_compiled_launch(on: bool) -> bool:
     if not isinstance(on, bool):
         raise TypeError(f"use_compiled_launch takes True or False, not {on!r}")
     old, _use_compiled[0] = _use_compiled[0], on
+    for ops in list(_compiled_ops):
+        ops.enabled = on
     return old
 
 
 def compiled_ops(table: dict[Any, Any]) -> Any:
     """A ``runtime._fastlaunch.QuickOps`` over the ops' quick-call table, or None where
-    the extension is not built. See :mod:`runtime.ops`."""
+    the extension is not built. See :mod:`runtime.ops`. Its ``enabled`` follows
+    :func:`use_compiled_launch`: switched off, its calls answer False and the ops' Python
+    path takes them."""
     if _fastlaunch is None:
         return None
-    return _fastlaunch.QuickOps(
+    ops = _fastlaunch.QuickOps(
         table=table,
         device_array=DeviceArray,
         stream_class=Stream,
         stream_handle=stream_handle,
         known_streams=known_stream_handles(),
+        enabled=False,
     )
+    _compiled_ops.add(ops)  # first, so that a use_compiled_launch from now on reaches it
+    ops.enabled = _use_compiled[0]
+    return ops
+
+
+_compiled_ops: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def compiled_steps(
+    pieces: int, steps: Sequence[tuple[Any, tuple[Any, ...]]], python: Callable[..., None]
+) -> Any:
+    """The ops' steps as one ``runtime._fastlaunch.Steps``, ``launch(wide, *pieces)``,
+    doing what the Python function ``python`` does; or None where a step's raw launch is
+    not compiled (or the extension is not built, or the plan has more pieces than it
+    takes). Each step is ``(prepared.raw, recipe)``: per kernel parameter an int, or
+    ``(array, byte_offset)`` with array 0 the wide array and ``i + 1`` piece ``i``."""
+    if _fastlaunch is None or pieces > _fastlaunch.MAX_PIECES:
+        return None
+    for raw, recipe in steps:
+        if raw.__class__ is not _fastlaunch.Prepared:
+            return None
+        for value in recipe:  # what C holds; the Python function raises at launch for the rest
+            if value.__class__ is int:
+                if not -(2**63) <= value < 2**64:
+                    return None
+            elif not (
+                value.__class__ is tuple
+                and len(value) == 2
+                and all(v.__class__ is int for v in value)
+                and 0 <= value[0] <= pieces
+                and 0 <= value[1] < 2**64
+            ):
+                return None
+    return _fastlaunch.Steps(pieces, tuple((raw, tuple(recipe)) for raw, recipe in steps), python)
 
 
 def compiled_on() -> bool:

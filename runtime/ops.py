@@ -389,19 +389,31 @@ def _launch_function(compiled: _Compiled, handle: int) -> Callable[..., None]:
     trusted ints (``PreparedLaunch.raw``). Their arguments are written out once as Python
     source, ``raw0(p1, w + 64, 48, 80)``, so a call does no work beyond the additions.
     Streams go as raw handles, so a stream object closed since cannot be launched on by
-    mistake."""
-    pieces = "".join(f"p{i}, " for i in range(len(compiled.plan.problem.extents)))
+    mistake.
+
+    Where the raw launches are compiled, the same steps go as data to
+    ``runtime._fastlaunch.Steps`` (:func:`runtime.launch.compiled_steps`), which the ops'
+    C path calls with the addresses as C values; this function stays behind it for
+    arguments it does not take."""
+    npieces = len(compiled.plan.problem.extents)
+    pieces = "".join(f"p{i}, " for i in range(npieces))
     calls = []
+    recipes = []
     for fn, step in compiled.steps:
         values = []
+        recipe: list[Any] = []
         for a in step.args:
             if a.__class__ is Ptr:
-                base = "w" if int(a.array) == WIDE else f"p{int(a.array)}"
+                array = int(a.array)
+                base = "w" if array == WIDE else f"p{array}"
                 values.append(f"{base} + {int(a.byte_offset)}" if a.byte_offset else base)
+                recipe.append((0 if array == WIDE else array + 1, int(a.byte_offset)))
             else:
                 values.append(str(int(a)))
+                recipe.append(int(a))
         raw = fn.prepare(step.grid, step.block, stream=handle, shared_mem=step.shared_mem).raw
         calls.append((raw, ", ".join(values)))
+        recipes.append((raw, tuple(recipe)))
     if len(calls) <= _INLINE_STEPS:
         body = "".join(f"    raw{i}({v})\n" for i, (_, v) in enumerate(calls))
         source = f"def launch(w, {pieces}):\n" + (body or "    pass  # nothing to move\n")
@@ -411,7 +423,9 @@ def _launch_function(compiled: _Compiled, handle: int) -> Callable[..., None]:
         names = {"STEPS": [eval(f"lambda w, {pieces}: raw({v})", {"raw": raw}) for raw, v in calls]}
     namespace: dict[str, Any] = {}
     exec(source, names, namespace)  # ints and names only: nothing to inject
-    return namespace["launch"]
+    python = namespace["launch"]
+    steps = _launch.compiled_steps(npieces, recipes, python)
+    return python if steps is None else steps
 
 
 _plans: weakref.WeakKeyDictionary[Device, dict[tuple[Any, ...], _Compiled]] = weakref.WeakKeyDictionary()
@@ -693,12 +707,7 @@ def channel_cat_backward(
     every argument is valid; the launches are queued on ``stream`` and not waited for.
     """
     op = "channel_cat_backward"
-    if (
-        out is not None
-        and _quick_c is not None
-        and _launch.compiled_on()
-        and _quick_c.split(dy, sizes, dim, out, stream)
-    ):
+    if out is not None and _quick_c is not None and _quick_c.split(dy, sizes, dim, out, stream):
         return list(out)
     handle = stream_handle(stream)
     if out is not None and _backward_quick(dy, sizes, dim, out, handle):
@@ -758,12 +767,7 @@ def channel_cat_forward(xs: Sequence[Any], dim: int = 1, *, out: Any = None, str
     launched unless every argument is valid; the launches are queued on ``stream``.
     """
     op = "channel_cat_forward"
-    if (
-        out is not None
-        and _quick_c is not None
-        and _launch.compiled_on()
-        and _quick_c.join(xs, dim, out, stream)
-    ):
+    if out is not None and _quick_c is not None and _quick_c.join(xs, dim, out, stream):
         return out
     handle = stream_handle(stream)
     if (xs.__class__ is not list and xs.__class__ is not tuple) and (

@@ -80,6 +80,12 @@ LABELS = {
     "checked_torch_python": "Function.launch, torch tensors, Python launch path",
     "graph_replay_per_launch": "graph replay, 100 captured launches, per launch (wall)",
     "graph_replay_1_block_per_launch": "graph replay, 100 captured 1-block launches, per launch (wall)",
+    "graph_replay_empty_per_launch": (
+        "graph replay, 100 captured launches of an empty kernel on the seed's grid, per launch (wall)"
+    ),
+    "graph_replay_empty_1_block_per_launch": (
+        "graph replay, 100 captured 1-block launches of an empty kernel, per launch (wall)"
+    ),
     "graph_replay_fastcat_per_launch": (
         "graph replay, 100 captured launches of the fast kernel for the same gather, per launch (wall)"
     ),
@@ -339,6 +345,11 @@ def main(argv: list[str] | None = None) -> int:
             us[key] = graph_replay(dev, fn, kernel, rows, dy, dx, host, args, failures)
         except Exception as err:
             failures.append(f"{key}: {type(err).__name__}: {err}")
+    for key, rows in (("graph_replay_empty_per_launch", N), ("graph_replay_empty_1_block_per_launch", 1)):
+        try:
+            us[key] = graph_replay_empty(dev, kernel, rows, dy, dx, args, failures)
+        except Exception as err:
+            failures.append(f"{key}: {type(err).__name__}: {err}")
     for key, dependent in (
         ("graph_replay_fastcat_per_launch", False),
         ("graph_replay_fastcat_pdl_per_launch", True),
@@ -480,6 +491,39 @@ def graph_replay(dev, fn, kernel, rows, dy, dx, host, args, failures) -> float:
     return graph_replay_of(dev, launch, ok, dx, args, f"graph replay ({rows} rows)", failures)
 
 
+# The seed kernel's signature and block with nothing inside: what a graph node costs the
+# GPU on the seed's grid whatever the kernel does (launch, CTA dispatch, drain).
+EMPTY_PTX = """\
+.version 6.3
+.target sm_75
+.address_size 64
+
+.visible .entry empty_entry_point(
+    .param .u64 dy, .param .u64 dx, .param .u32 chunk_c, .param .u32 c_total, .param .u32 chunk_offset
+)
+.reqntid 128, 1, 1
+{
+    ret;
+}
+"""
+
+
+def graph_replay_empty(dev, kernel, rows, dy, dx, args, failures) -> float:
+    """Wall microseconds per launch of a graph of 100 captured empty launches on the seed's
+    grid for ``rows`` rows; the poisoned output must come back untouched."""
+    empty = ptxgen.PtxKernel("empty", EMPTY_PTX, kernel.arg_names, kernel.arg_types, kernel.block)
+    fn = dev.load(empty).function
+    grid = kernel.grid(rows, CHUNK)
+
+    def launch(stream: Any) -> None:
+        fn.prepare(grid, empty.block, stream=stream)(dy, dx, CHUNK, C_TOTAL, OFFSET)
+
+    def ok() -> bool:
+        return bool((dx.to_numpy().view(np.uint8) == 0xA5).all())
+
+    return graph_replay_of(dev, launch, ok, dx, args, f"graph replay, empty ({rows} rows)", failures)
+
+
 def fastcat_gather(dev: Any, dy: Any, dx: Any, dependent: bool) -> Callable[[Any], None]:
     """``launch(stream)``: the fast kernel the planner's rule picks for this gather (dy's
     columns OFFSET..OFFSET+CHUNK into dx), built with or without ``dependent_launch``."""
@@ -612,8 +656,10 @@ def markdown(record: dict) -> str:
             if key in us and peer in us:
                 measured = f"{us[key]:.2f} vs {us[peer]:.2f} µs"
                 lines.append(f"| {LABELS[key]} < {LABELS[peer]} | {measured} | {yes(us[key] < us[peer])} |")
+    floor = us.get("graph_replay_empty_per_launch")
+    seed = "seed kernel" + (f" (an empty kernel on its grid: {floor:.2f} µs)" if floor else "")
     for key, what in (
-        ("graph_replay_per_launch", "seed kernel"),
+        ("graph_replay_per_launch", seed),
         ("graph_replay_fastcat_pdl_per_launch", "fast kernel, dependent launch"),
         ("graph_replay_op_per_launch", "the op"),
     ):

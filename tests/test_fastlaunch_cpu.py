@@ -415,3 +415,140 @@ def test_without_the_extension_the_python_path_launches_alone(monkeypatch):
     assert [c.compiled for c in binding.calls] == [False]
     with pytest.raises(ImportError, match=re.escape("no compiled launch: runtime._fastlaunch is not built")):
         fn.make_launcher(binding, compiled=True)
+
+
+# --- the ops' steps in C (runtime._fastlaunch.Steps) ----------------------------------
+
+
+def _plan_of_two_steps(fn):
+    """A compiled plan as runtime.ops holds one, of two seed launches over pieces 0 and 1
+    of a wide array: the recipe ``ops._launch_function`` turns into Steps."""
+    from runtime.plan import WIDE, Ptr
+
+    steps = [
+        SimpleNamespace(
+            args=(Ptr(WIDE, 64), Ptr(1), 16, 32, 16), grid=K.grid(8, 16), block=K.block, shared_mem=0
+        ),
+        SimpleNamespace(
+            args=(Ptr(WIDE), Ptr(0, 8), 4, 32, 0), grid=K.grid(8, 4), block=K.block, shared_mem=0
+        ),
+    ]
+    problem = SimpleNamespace(extents=(4, 16))
+    return SimpleNamespace(plan=SimpleNamespace(problem=problem), steps=[(fn, s) for s in steps])
+
+
+def test_the_ops_steps_launch_in_c_what_their_python_function_launches():
+    """The launch function of a plan whose raw launches are compiled is a Steps object:
+    its driver calls are byte for byte those of the Python function it keeps as
+    ``python``, and reading the recipe back gives the values the function computes."""
+    from runtime import ops
+
+    fn, binding = compiled(K)
+    steps = ops._launch_function(_plan_of_two_steps(fn), 77)
+    assert steps.__class__.__name__ == "Steps" and callable(steps.python)
+    steps(0x10000, 0x90000, 0xA0000)
+    steps.python(0x10000, 0x90000, 0xA0000)
+    c, python = binding.calls[:2], binding.calls[2:]
+    assert [call.args[:9] for call in c] == [call.args[:9] for call in python]
+    assert [call.slots for call in c] == [call.slots for call in python]
+    first = [int.from_bytes(s, "little") for s in c[0].slots]
+    second = [int.from_bytes(s, "little") for s in c[1].slots]
+    assert first == [0x10000 + 64, 0xA0000, 16, 32, 16]
+    assert second == [0x10000, 0x90000 + 8, 4, 32, 0]
+    assert all(call.args[8] == 77 and call.compiled for call in binding.calls)
+
+
+def test_the_ops_steps_hand_python_whatever_c_does_not_take():
+    """Not plain ints: the Python function takes the call whole, and raises its error.
+    An address plus an offset past 64 bits, a failed driver call or a closed module: that
+    step goes to its prepared raw launch as ints (the steps before it stay launched, as in
+    the Python function), which launches it through the Python path or raises there."""
+    from runtime import ops
+
+    fn, binding = compiled(K)
+    steps = ops._launch_function(_plan_of_two_steps(fn), 77)
+    for args in (("x", 1, 2), (1, 2), (1, 2, 3, 4), (-1, 2, 3), (2**64, 2, 3)):
+        with pytest.raises(Exception) as c_error:
+            steps(*args)
+        by_c, binding.calls[:] = list(binding.calls), []
+        with pytest.raises(Exception) as python_error:
+            steps.python(*args)
+        assert (type(c_error.value), str(c_error.value)) == (
+            type(python_error.value),
+            str(python_error.value),
+        )
+        assert [c.slots for c in by_c] == [c.slots for c in binding.calls]  # (-1: 63 launches, then -1 fails)
+        binding.calls.clear()
+
+    top = 2**64 - 32  # the first step's wide + 64 passes 64 bits; pieces fine
+    with pytest.raises(struct.error) as c_error:
+        steps(top, 0x90000, 0xA0000)
+    with pytest.raises(struct.error) as python_error:
+        steps.python(top, 0x90000, 0xA0000)
+    assert str(c_error.value) == str(python_error.value) and binding.calls == []
+
+    binding.c_result = 201  # CUDA_ERROR_INVALID_CONTEXT: C fails once, the Python path launches
+    steps(0x10000, 0x90000, 0xA0000)
+    assert [c.compiled for c in binding.calls] == [True, False, True, False]
+    assert (
+        binding.calls[0].slots == binding.calls[1].slots and binding.calls[2].slots == binding.calls[3].slots
+    )
+    binding.c_result, binding.calls[:] = None, []
+
+    fn.launcher.close()
+    with pytest.raises(ValueError, match="module is closed"):
+        steps(0x10000, 0x90000, 0xA0000)
+    assert binding.calls == []
+
+
+def test_steps_are_made_only_of_compiled_raw_launches():
+    """Steps takes a recipe per parameter of each step's compiled raw launch; anything else
+    is refused when it is made, and compiled_steps leaves such plans to the Python function."""
+    fn, _ = compiled(K)
+    raw = fn.prepare(K.grid(8, 16), K.block).raw
+    python = fn.launcher.python_launch  # any callable will do as the fallback here
+    ok = ((0, 0), (1, 4), 16, 32, 16)
+    assert launch.compiled_steps(1, [(raw, ok)], python) is not None
+    assert launch.compiled_steps(1, [(lambda *a: None, ok)], python) is None
+    assert launch.compiled_steps(16, [(raw, ok)], python) is None  # more pieces than C holds
+    steps_type = type(launch.compiled_steps(1, [(raw, ok)], python))
+    bad = [
+        ((raw, ok[:4]),), ((raw, ((2, 0), *ok[1:])),), ((raw, ((0, -1), *ok[1:])),), ((raw, (2**64, *ok[1:])),),
+        ((fn.prepare(K.grid(8, 16), K.block), ok),),  # a checked prepared launch: no raw
+    ]  # fmt: skip
+    for made in bad:
+        with pytest.raises((TypeError, ValueError)):
+            steps_type(1, made, python)
+    count = sys.getrefcount(raw)
+    for made in bad:  # the first step made, the second refused: the first is let go
+        with pytest.raises((TypeError, ValueError)):
+            steps_type(1, ((raw, ok), *made), python)
+    assert sys.getrefcount(raw) == count
+    for recipe in (
+        ((0, 0), (2, 4), 16, 32, 16),
+        ((0, -8), (1, 4), 16, 32, 16),
+        ((0, 0), (1, 4), 2**64, 32, 16),
+    ):
+        assert launch.compiled_steps(1, [(raw, recipe)], python) is None  # the Python function's to refuse
+
+
+@pytest.mark.skipif(not hasattr(sys, "getrefcount"), reason="needs sys.getrefcount")
+@pytest.mark.parametrize("c_result", [None, 201])
+def test_the_ops_steps_leak_no_reference(c_result):
+    """Launched in C, refused (to Python, which raises), and, with the driver refusing the C
+    call, launched by the Python path: every object keeps its reference count."""
+    from runtime import ops
+
+    fn, binding = compiled(K)
+    binding.c_result = c_result
+    steps = ops._launch_function(_plan_of_two_steps(fn), 77)
+    raws = steps.raws
+    assert len(raws) == 2 and all(r.__class__.__name__ == "Prepared" for r in raws)
+    w, a, b, top = 0x10000, 0x90000, 0xA0000, 2**64 - 32
+    watched = (steps, steps.python, w, a, b, top, *raws)
+    before, after = reference_counts_after(
+        watched, [lambda: steps(w, a, b)], [lambda: steps(top, a, b), lambda: steps("x", a, b)], 300,
+        (TypeError, struct.error),
+    )  # fmt: skip
+    binding.calls.clear()
+    assert after == before

@@ -755,3 +755,142 @@ def test_the_c_quick_path_survives_python_code_run_in_the_middle(emulated, monke
     with pytest.raises(ValueError, match="not a stream this runtime knows"):
         runtime.channel_cat_backward(dy, [3, 7], 1, out=out, stream=handle)
     assert len(emulated.launches) == before
+
+
+def test_the_c_quick_path_runs_the_ops_steps_in_c(emulated, monkeypatch, launch_path):
+    """Where the plan's raw launches are compiled, its launch function is a Steps object,
+    which the C quick path runs with the addresses as C values: the second call hands
+    the driver exactly the first call's launches, with the Python quick path untouched."""
+    if launch_path != "compiled":
+        pytest.skip("the C quick path's own test")
+    from launch_util import RecordingBinding
+    from test_runtime_cpu import function_for
+
+    from runtime.layout import ArgumentLayout
+
+    emulated.closed = False
+    monkeypatch.setattr(ops, "device_of", lambda ordinal: emulated)
+    bindings = []
+
+    def load(kernel):  # a real compiled Function, its driver a recorder
+        binding = RecordingBinding(ArgumentLayout(kernel.arg_names, kernel.arg_types), compiled=True)
+        bindings.append(binding)
+        return SimpleNamespace(function=function_for(kernel, binding))
+
+    monkeypatch.setattr(emulated, "load", load)
+    dy = _device_array(emulated, (4, 10), "f32")
+    out = [_device_array(emulated, (4, s), "f32") for s in (3, 7)]
+    runtime.channel_cat_backward(dy, [3, 7], 1, out=out, stream=7)
+    (call,) = ops._quick_calls.values()
+    assert [type(f).__name__ for f in call.launches.values()] == ["Steps"]
+    first = [(c.args[:9], c.slots) for b in bindings for c in b.calls]
+    assert len(first) == 2 and all(c.compiled for b in bindings for c in b.calls)
+    for b in bindings:
+        b.calls.clear()
+    monkeypatch.setattr(ops, "_backward_quick", lambda *a: pytest.fail("the Python quick path was taken"))
+    runtime.channel_cat_backward(dy, [3, 7], 1, out=out, stream=7)
+    assert [(c.args[:9], c.slots) for b in bindings for c in b.calls] == first
+    pointers = sorted(int.from_bytes(c.slots[i], "little") for b in bindings for c in b.calls for i in (0, 1))
+    assert pointers == sorted(
+        [dy.address, dy.address, out[0].address, out[1].address]
+    )  # the seed's: dy whole
+
+
+def test_the_c_quick_path_follows_use_compiled_launch(mixed, monkeypatch, launch_path):
+    """``use_compiled_launch(False)`` switches the ops' C path off: a remembered call it
+    took answers False, and the Python quick path launches it; on again, C takes it. A
+    QuickOps made while the path is off starts off."""
+    if launch_path != "compiled":
+        pytest.skip("the C quick path's own test")
+    dy = _device_array(mixed, (4, 10), "f32")
+    out = [_device_array(mixed, (4, s), "f32") for s in (3, 7)]
+    runtime.channel_cat_backward(dy, [3, 7], 1, out=out)  # remembered
+    assert ops._quick_c.split(dy, [3, 7], 1, out, None) is True
+    taken = []
+    real = ops._backward_quick
+    monkeypatch.setattr(ops, "_backward_quick", lambda *a: taken.append(1) or real(*a))
+    launch.use_compiled_launch(False)
+    try:
+        assert ops._quick_c.enabled is False and launch.compiled_ops({}).enabled is False
+        assert ops._quick_c.split(dy, [3, 7], 1, out, None) is False
+        runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
+        assert taken == [1]
+    finally:
+        launch.use_compiled_launch(True)
+    assert ops._quick_c.enabled is True
+    runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
+    assert taken == [1]
+    with pytest.raises(TypeError):
+        ops._quick_c.enabled = 1
+
+
+def test_the_c_quick_path_keeps_each_dtype_apart(mixed, monkeypatch, launch_path):
+    """Calls of two dtypes in turn (the C path keeps the last dtype's name and size): each
+    is looked up and launched as its own, and writes what numpy's split gives."""
+    rng = np.random.default_rng()
+    f32 = rng.standard_normal((4, 10)).astype(np.float32)
+    i64 = rng.integers(-(2**62), 2**62, (4, 10), dtype=np.int64)
+    dy32, dy64 = _FakeTensor(mixed, (4, 10), "f32", f32), _device_array(mixed, (4, 10), "i64", i64)
+    out32 = [_FakeTensor(mixed, (4, s), "f32") for s in (3, 7)]
+    out64 = [_device_array(mixed, (4, s), "i64") for s in (3, 7)]
+    for i in range(3):
+        if i == 2 and launch_path == "compiled":
+            monkeypatch.setattr(
+                ops, "_backward_quick", lambda *a: pytest.fail("the Python quick path was taken")
+            )
+        runtime.channel_cat_backward(dy32, [3, 7], 1, out=out32)
+        runtime.channel_cat_backward(dy64, [3, 7], 1, out=out64)
+    assert np.array_equal(mixed.read(out32[0]._array, np.float32), f32[:, :3])
+    assert np.array_equal(mixed.read(out32[1]._array, np.float32), f32[:, 3:])
+    assert np.array_equal(mixed.read(out64[0], np.int64), i64[:, :3])
+    assert np.array_equal(mixed.read(out64[1], np.int64), i64[:, 3:])
+
+
+def test_the_c_quick_path_reads_requires_grad_of_outputs_only(mixed, monkeypatch, launch_path):
+    """A tensor that requires grad may be read (dy) but not written behind autograd's
+    back: as an output the C path leaves it to the Python path, which refuses it; as dy
+    the C path takes it. A shape that is no tuple the C path leaves to Python too."""
+    if launch_path != "compiled":
+        pytest.skip("the C quick path's own test")
+    data = np.arange(40, dtype=np.float32).reshape(4, 10)
+    dy = _FakeTensor(mixed, (4, 10), "f32", data, requires_grad=True)
+    out = [_FakeTensor(mixed, (4, s), "f32") for s in (3, 7)]
+    runtime.channel_cat_backward(dy, [3, 7], 1, out=out)  # remembered
+    assert ops._quick_c.split(dy, [3, 7], 1, out, None) is True
+    assert np.array_equal(mixed.read(out[1]._array, np.float32), data[:, 3:])
+    graded = [out[0], _FakeTensor(mixed, (4, 7), "f32", requires_grad=True)]
+    assert ops._quick_c.split(dy, [3, 7], 1, graded, None) is False
+    with pytest.raises(ValueError, match=r"out\[1\] is a torch tensor that requires grad"):
+        runtime.channel_cat_backward(dy, [3, 7], 1, out=graded)
+    odd = _FakeTensor(mixed, (4, 10), "f32", data)
+    odd.shape = [4, 10]  # a list: not what a tensor's shape is
+    assert ops._quick_c.split(odd, [3, 7], 1, out, None) is False
+
+
+def test_an_error_in_a_compiled_step_comes_out_of_the_op(emulated, monkeypatch, launch_path):
+    """A step the C path hands to Python raises there (a closed module, say): the op raises
+    that error, as the Python function of the steps would."""
+    if launch_path != "compiled":
+        pytest.skip("the C quick path's own test")
+    from launch_util import RecordingBinding
+    from test_runtime_cpu import function_for
+
+    from runtime.layout import ArgumentLayout
+
+    emulated.closed = False
+    monkeypatch.setattr(ops, "device_of", lambda ordinal: emulated)
+    functions = []
+
+    def load(kernel):
+        binding = RecordingBinding(ArgumentLayout(kernel.arg_names, kernel.arg_types), compiled=True)
+        functions.append(function_for(kernel, binding))
+        return SimpleNamespace(function=functions[-1])
+
+    monkeypatch.setattr(emulated, "load", load)
+    dy = _device_array(emulated, (4, 10), "f32")
+    out = [_device_array(emulated, (4, s), "f32") for s in (3, 7)]
+    runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
+    for fn in functions:
+        fn.launcher.close()
+    with pytest.raises(ValueError, match="module is closed"):
+        ops._quick_c.split(dy, [3, 7], 1, out, None)

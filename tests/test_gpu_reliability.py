@@ -378,3 +378,56 @@ def test_two_gpus_in_one_process(dev):
     with pytest.raises(ValueError, match="different devices"):
         runtime.channel_cat_backward(dy1, [16, 24], 1, out=[d0.empty((50, 16), "f32"), dx1])
     assert (dx0.to_numpy(bits=True) == poison_value(0x5A, "f32")).all()
+
+
+def test_two_gpus_through_the_quick_and_compiled_paths(dev):
+    """The ops' common call remembered on one GPU and then made on the other (its table
+    is keyed by device), launched while the other GPU's context is current (the compiled
+    call fails there and the Python path launches with the right context), and refused
+    when its outputs live on two GPUs; torch tensors on cuda:1 through Function.launch."""
+    if _device_count() < 2:
+        pytest.skip("one GPU here: run on the nvidia-h200-x2 machine")
+    d0, d1 = runtime.Device(0), runtime.Device(1)
+    rng = np.random.default_rng()
+    bits = random_bits(rng, (64, 40), "f32")
+    for first, second in ((d0, d1), (d1, d0)):
+        for d in (first, second, first, second):  # planned, then remembered: the C path's
+            dy = d.to_device(bits, dtype="f32")
+            out = [d.empty((64, 16), "f32").fill_bytes(0xA5), d.empty((64, 24), "f32").fill_bytes(0xA5)]
+            other = d0 if d is d1 else d1
+            other.synchronize()  # the other GPU's context current on this thread
+            for _ in range(2):
+                runtime.channel_cat_backward(dy, [16, 24], 1, out=out)
+            y = d.empty((64, 40), "f32").fill_bytes(0xA5)
+            runtime.channel_cat_forward(out, 1, out=y)
+            d.synchronize()
+            assert np.array_equal(out[0].to_numpy(bits=True), bits[:, :16])
+            assert np.array_equal(out[1].to_numpy(bits=True), bits[:, 16:])
+            assert np.array_equal(y.to_numpy(bits=True), bits)
+    dy1 = d1.to_device(bits, dtype="f32")
+    mixed = [d1.empty((64, 16), "f32").fill_bytes(0x5A), d0.empty((64, 24), "f32").fill_bytes(0x5A)]
+    with pytest.raises(ValueError, match="different devices"):
+        runtime.channel_cat_backward(dy1, [16, 24], 1, out=mixed)
+    for piece in mixed:
+        assert (piece.to_numpy(bits=True) == poison_value(0x5A, "f32")).all()
+
+    torch = pytest.importorskip("torch")
+    k = ptxgen.ChannelCatBackward("f32", 128)
+    f1 = d1.load(k).function
+    tdy = torch.randn(64, 40, device="cuda:1")
+    tdx = torch.full((64, 24), float("nan"), device="cuda:1")
+    d0.synchronize()
+    with torch.cuda.device(1):
+        f1.launch(k.grid(64, 24), k.block, (tdy, tdx, 24, 40, 16), stream=torch.cuda.current_stream(1))
+        torch.cuda.synchronize(1)
+    assert torch.equal(tdx, tdy[:, 16:])
+    ta, tb = torch.empty((64, 16), device="cuda:1"), torch.empty((64, 24), device="cuda:1")
+    for _ in range(3):
+        runtime.channel_cat_backward(tdy, [16, 24], 1, out=[ta, tb], stream=torch.cuda.current_stream(1))
+    torch.cuda.synchronize(1)
+    assert torch.equal(ta, tdy[:, :16]) and torch.equal(tb, tdy[:, 16:])
+    tdx.fill_(float("nan"))
+    with pytest.raises(ValueError, match=r"device 1.*device 0"):
+        d0.load(k).function.launch(k.grid(64, 24), k.block, (tdy, tdx, 24, 40, 16))
+    torch.cuda.synchronize(1)
+    assert torch.isnan(tdx).all()  # refused before anything was launched

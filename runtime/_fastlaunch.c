@@ -19,6 +19,7 @@
  * Objects:
  *   Launch(...)   ``launch(grid, block, args, *, stream=None, shared_mem=0)``
  *   Prepared(...) a prepared launch (``prepared(*args)``) or its trusted ``raw(*ints)``
+ *   Steps(...)    an op's launches, ``launch(wide, *pieces)``, from a recipe (runtime/ops.py)
  *   QuickOps(...) the ops' common call (runtime/ops.py), for calls it has seen
  *
  * The GIL is released around the driver call, as cuda-bindings does: cuLaunchKernel
@@ -1339,7 +1340,8 @@ static PyTypeObject StepsType = {
  * are already in its tables: the quick-call table (``_quick_calls``: what a shape decides)
  * and each entry's launch functions per alignment. Anything else, a first call included,
  * answers False having done nothing, and the Python quick path takes the call (it fills
- * the tables). The launch functions are the ops' own (they call prepared raw launches).
+ * the tables). The launch functions are the ops' own: Steps, run here with the addresses
+ * as C values, or (where the raw launches are not compiled) Python functions, called.
  */
 
 typedef struct {

@@ -15,8 +15,10 @@ into a poisoned output and the result is compared element by element.
                         the compiled path (runtime._fastlaunch, where built) and through the
                         generated Python functions alone; the Python path through each binding
     graph replay:       100 captured launches, replayed; wall time per launch: of the seed
-                        kernel, of the fast kernel the planner picks for the same gather
-                        (plain, and with programmatic dependent launch) and of the op
+                        kernel (and, as controls, captured from bare cuLaunchKernel calls,
+                        and an empty kernel on its grid), of the fast kernel the planner
+                        picks for the same gather (plain, and with programmatic dependent
+                        launch) and of the op
     peers:              cuda.core launch (same PTX), CuPy RawModule (same PTX), torch
                         dx.copy_(dy.narrow(...)), a Triton kernel doing the same copy,
                         and runtime.channel_cat_backward(dy, sizes, out=[a, b])
@@ -80,6 +82,9 @@ LABELS = {
     "checked_torch_python": "Function.launch, torch tensors, Python launch path",
     "graph_replay_per_launch": "graph replay, 100 captured launches, per launch (wall)",
     "graph_replay_1_block_per_launch": "graph replay, 100 captured 1-block launches, per launch (wall)",
+    "graph_replay_bare_per_launch": (
+        "graph replay, 100 seed launches captured from bare cuLaunchKernel calls, per launch (wall)"
+    ),
     "graph_replay_empty_per_launch": (
         "graph replay, 100 captured launches of an empty kernel on the seed's grid, per launch (wall)"
     ),
@@ -345,6 +350,17 @@ def main(argv: list[str] | None = None) -> int:
             us[key] = graph_replay(dev, fn, kernel, rows, dy, dx, host, args, failures)
         except Exception as err:
             failures.append(f"{key}: {type(err).__name__}: {err}")
+    key = "graph_replay_bare_per_launch"  # the control: what the runtime's capture adds
+    try:
+
+        def bare_launch(st: Any) -> None:
+            check("cuLaunchKernel", cu_launch(cu_function, *g, *b, 0, drv.CUstream(st.handle), params, 0))
+
+        us[key] = graph_replay_of(
+            dev, bare_launch, lambda: np.array_equal(dx.to_numpy(), want), dx, args, key, failures
+        )
+    except Exception as err:
+        failures.append(f"{key}: {type(err).__name__}: {err}")
     for key, rows in (("graph_replay_empty_per_launch", N), ("graph_replay_empty_1_block_per_launch", 1)):
         try:
             us[key] = graph_replay_empty(dev, kernel, rows, dy, dx, args, failures)

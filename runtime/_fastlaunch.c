@@ -329,7 +329,10 @@ static int check_and_pack(Launch *L, PyObject *const *args, unsigned char *buf, 
             }
             int same = key == p->key;
             Py_DECREF(key);
-            if (!same || !read_u64(a, s_address, &address[ip]) || !read_u64(a, s_nbytes, &extent[ip]))
+            if (!same || !read_u64(a, s_address, &address[ip]))
+                return 0;
+            extent[ip] = UINT64_MAX; /* its bytes matter only to a footprint, as in Python */
+            if (L->footprint != NULL && !read_u64(a, s_nbytes, &extent[ip]))
                 return 0;
         } else if (cls == &PyLong_Type) {
             if (L->check_ints || !int_bits(a, &address[ip], &negative) || negative)
@@ -462,6 +465,15 @@ static int resolve_stream(streams_t *S, PyObject *stream, uintptr_t *handle) {
     uint64_t bits;
     if ((PyObject *)Py_TYPE(stream) == S->stream_class) /* asked every time: it may be closed */
         return read_u64(stream, s_handle, &bits) ? (*handle = (uintptr_t)bits, 1) : 0;
+    if (PyLong_CheckExact(stream)) { /* stream_handle's own test: an int the runtime knows */
+        int negative = 0, known = PySet_Contains(S->known, stream);
+        if (known == 1 && int_bits(stream, &bits, &negative) && !negative) {
+            *handle = (uintptr_t)bits;
+            return 1;
+        }
+        if (known < 0)
+            drop_error();
+    }
     if (stream == S->last && S->last_handle != NULL) {
         int known = PySet_Contains(S->known, S->last_handle);
         if (known == 1) {
@@ -1458,9 +1470,7 @@ static int array_facts(QuickOps *Q, PyObject *v, facts_t *f, int written) {
             goto no;
         f->dtype = PyTuple_GET_ITEM(f->key, 1);
         Py_INCREF(f->dtype);
-        if (!read_u64(PyTuple_GET_ITEM(f->key, 0), s_ordinal, &bits))
-            goto no;
-        f->ordinal = (long long)bits;
+        f->ordinal = -1; /* read only where the key alone does not decide (known_ordinal) */
         if (!read_u64(v, s_address, &f->address) || !read_u64(v, s_nbytes, &f->nbytes))
             goto no;
         f->shape = PyObject_GetAttr(v, s_shape);
@@ -1509,12 +1519,24 @@ no:
     return 0;
 }
 
+/* The array's device ordinal, read from a DeviceArray's launch key the first time it is
+ * asked for (a piece whose key is the wide array's never needs it). 0: unreadable. */
+static int known_ordinal(facts_t *f) {
+    uint64_t bits;
+    if (f->ordinal >= 0)
+        return 1;
+    if (f->key == NULL || !read_u64(PyTuple_GET_ITEM(f->key, 0), s_ordinal, &bits))
+        return 0;
+    f->ordinal = (long long)bits;
+    return 1;
+}
+
 /* Another array of the op: the wide array's device and dtype (its launch key, where it has
  * one, says both at once). */
-static int same_kind(const facts_t *f, const facts_t *wide) {
+static int same_kind(facts_t *f, facts_t *wide) {
     if (f->key != NULL && f->key == wide->key)
         return 1;
-    return f->dtype == wide->dtype && f->ordinal == wide->ordinal;
+    return f->dtype == wide->dtype && known_ordinal(f) && known_ordinal(wide) && f->ordinal == wide->ordinal;
 }
 
 /* The table's entry for ``key`` (a new reference), while its device is open; else NULL.
@@ -1605,9 +1627,11 @@ static int disjoint(uint64_t *start, uint64_t *size, Py_ssize_t n) {
  * ``(shape, dim, dtype.name, ordinal, handle, *rest)`` for a split (``shape`` given),
  * ``(dim, dtype.name, ordinal, handle, *rest)`` for a join (``shape`` NULL); NULL (no
  * error set) where there is none yet. */
-static PyObject *entry_for(QuickOps *Q, PyObject *shape, PyObject *dim, const facts_t *wide,
+static PyObject *entry_for(QuickOps *Q, PyObject *shape, PyObject *dim, facts_t *wide,
                            uintptr_t handle, PyObject *const *rest, Py_ssize_t nrest) {
     Py_ssize_t lead = shape != NULL ? 5 : 4, at = 0;
+    if (!known_ordinal(wide))
+        return NULL;
     PyObject *key = PyTuple_New(lead + nrest);
     if (key == NULL) {
         drop_error();

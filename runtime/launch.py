@@ -234,6 +234,11 @@ class _CudaBindings:
         self._function = drv.CUfunction
         self._config = drv.CUlaunchConfig
         self.streams = _Streams(drv.CUstream, None)
+        if self.launch_kernel_ex is not None:  # made once: every dependent config holds it
+            attribute = drv.CUlaunchAttribute()
+            attribute.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attribute.value.programmaticStreamSerializationAllowed = 1
+            self._dependent_attrs = [attribute]
 
     def function(self, handle: int) -> Any:
         return self._function(handle)
@@ -261,11 +266,7 @@ class _CudaBindings:
         c.sharedMemBytes = shared
         c.hStream = stream
         if dependent:
-            drv = driver()
-            attribute = drv.CUlaunchAttribute()
-            attribute.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-            attribute.value.programmaticStreamSerializationAllowed = 1
-            c.attrs = [attribute]
+            c.attrs = self._dependent_attrs
             c.numAttrs = 1
         return c
 
@@ -401,24 +402,12 @@ def compiled_steps(
     not compiled (or the extension is not built, or the plan has more pieces than it
     takes). Each step is ``(prepared.raw, recipe)``: per kernel parameter an int, or
     ``(array, byte_offset)`` with array 0 the wide array and ``i + 1`` piece ``i``."""
-    if _fastlaunch is None or pieces > _fastlaunch.MAX_PIECES:
+    if _fastlaunch is None:
         return None
-    for raw, recipe in steps:
-        if raw.__class__ is not _fastlaunch.Prepared:
-            return None
-        for value in recipe:  # what C holds; the Python function raises at launch for the rest
-            if value.__class__ is int:
-                if not -(2**63) <= value < 2**64:
-                    return None
-            elif not (
-                value.__class__ is tuple
-                and len(value) == 2
-                and all(v.__class__ is int for v in value)
-                and 0 <= value[0] <= pieces
-                and 0 <= value[1] < 2**64
-            ):
-                return None
-    return _fastlaunch.Steps(pieces, tuple((raw, tuple(recipe)) for raw, recipe in steps), python)
+    try:  # Steps refuses what C cannot hold; the Python function raises at launch for that
+        return _fastlaunch.Steps(pieces, tuple((raw, tuple(recipe)) for raw, recipe in steps), python)
+    except (TypeError, ValueError):
+        return None
 
 
 def compiled_on() -> bool:

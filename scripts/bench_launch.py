@@ -345,9 +345,11 @@ def main(argv: list[str] | None = None) -> int:
             verify(name, once, drain_all)
 
     # --- graph replay: 100 captured launches --------------------------------------------
+    empty = ptxgen.PtxKernel("empty", EMPTY_PTX, kernel.arg_names, kernel.arg_types, kernel.block)
     for key, rows in (("graph_replay_per_launch", N), ("graph_replay_1_block_per_launch", 1)):
         try:
-            us[key] = graph_replay(dev, fn, kernel, rows, dy, dx, host, args, failures)
+            ok = lambda rows=rows: np.array_equal(dx.to_numpy()[:rows], host[:rows, OFFSET : OFFSET + CHUNK])  # noqa: E731
+            us[key] = graph_replay_on_seed_grid(dev, fn, kernel, rows, dy, dx, ok, key, args, failures)
         except Exception as err:
             failures.append(f"{key}: {type(err).__name__}: {err}")
     key = "graph_replay_bare_per_launch"  # the control: what the runtime's capture adds
@@ -362,8 +364,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:
         failures.append(f"{key}: {type(err).__name__}: {err}")
     for key, rows in (("graph_replay_empty_per_launch", N), ("graph_replay_empty_1_block_per_launch", 1)):
-        try:
-            us[key] = graph_replay_empty(dev, kernel, rows, dy, dx, args, failures)
+        try:  # the poisoned output must come back untouched
+            untouched = lambda: bool((dx.to_numpy().view(np.uint8) == 0xA5).all())  # noqa: E731
+            empty_fn = dev.load(empty).function
+            us[key] = graph_replay_on_seed_grid(
+                dev, empty_fn, kernel, rows, dy, dx, untouched, key, args, failures
+            )
         except Exception as err:
             failures.append(f"{key}: {type(err).__name__}: {err}")
     for key, dependent in (
@@ -493,18 +499,15 @@ def op_device_arrays(dev: Any, stream: Any, cat_backward: Callable, failures: li
     return lambda: cat_backward(dy, sizes, 1, out=outs, stream=stream)
 
 
-def graph_replay(dev, fn, kernel, rows, dy, dx, host, args, failures) -> float:
-    """Wall microseconds per launch of a graph of 100 captured seed launches over ``rows`` rows."""
-    want = host[:rows, OFFSET : OFFSET + CHUNK]
+def graph_replay_on_seed_grid(dev, fn, kernel, rows, dy, dx, ok, name, args, failures) -> float:
+    """Wall microseconds per launch of a graph of 100 captured launches of ``fn`` (the
+    seed kernel's signature) on the seed's grid for ``rows`` rows; ``ok()`` checks dx."""
     grid = kernel.grid(rows, CHUNK)
 
     def launch(stream: Any) -> None:
         fn.prepare(grid, kernel.block, stream=stream)(dy, dx, CHUNK, C_TOTAL, OFFSET)
 
-    def ok() -> bool:
-        return np.array_equal(dx.to_numpy()[:rows], want)
-
-    return graph_replay_of(dev, launch, ok, dx, args, f"graph replay ({rows} rows)", failures)
+    return graph_replay_of(dev, launch, ok, dx, args, name, failures)
 
 
 # The seed kernel's signature and block with nothing inside: what a graph node costs the
@@ -522,22 +525,6 @@ EMPTY_PTX = """\
     ret;
 }
 """
-
-
-def graph_replay_empty(dev, kernel, rows, dy, dx, args, failures) -> float:
-    """Wall microseconds per launch of a graph of 100 captured empty launches on the seed's
-    grid for ``rows`` rows; the poisoned output must come back untouched."""
-    empty = ptxgen.PtxKernel("empty", EMPTY_PTX, kernel.arg_names, kernel.arg_types, kernel.block)
-    fn = dev.load(empty).function
-    grid = kernel.grid(rows, CHUNK)
-
-    def launch(stream: Any) -> None:
-        fn.prepare(grid, empty.block, stream=stream)(dy, dx, CHUNK, C_TOTAL, OFFSET)
-
-    def ok() -> bool:
-        return bool((dx.to_numpy().view(np.uint8) == 0xA5).all())
-
-    return graph_replay_of(dev, launch, ok, dx, args, f"graph replay, empty ({rows} rows)", failures)
 
 
 def fastcat_gather(dev: Any, dy: Any, dx: Any, dependent: bool) -> Callable[[Any], None]:

@@ -872,8 +872,6 @@ static PyObject *Launch_bind_torch(Launch *L, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *Launch_get_open(Launch *L, void *unused) { return PyBool_FromLong(L->open); }
-
 static PyMethodDef Launch_methods[] = {
     {"close", (PyCFunction)Launch_close, METH_NOARGS, "Every later launch goes to the Python path."},
     {"set_check_ints", (PyCFunction)Launch_set_check_ints, METH_O,
@@ -884,7 +882,6 @@ static PyMethodDef Launch_methods[] = {
 };
 
 static PyGetSetDef Launch_getset[] = {
-    {"open", (getter)Launch_get_open, NULL, "False once closed.", NULL},
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -931,15 +928,18 @@ static int pack_one(const param_t *p, uint64_t bits, int negative, unsigned char
     return 1;
 }
 
-/* raw(*values): ints in their C types' ranges, packed as they are. */
-static int pack_raw(Launch *L, PyObject *const *args, unsigned char *buf) {
-    for (Py_ssize_t i = 0; i < L->nparams; i++) {
-        uint64_t bits;
-        int negative = 0;
-        if (!int_bits(args[i], &bits, &negative) || !pack_one(&L->params[i], bits, negative, buf))
+/* The trusted launch of a raw ``P`` with ``bits``/``negative`` per parameter (raw(*values)
+ * and a step of Steps): 1 launched; 0 a value outside its C type's range, or the driver
+ * refused (the caller's Python path says which, or retries). */
+static int launch_trusted(Prepared *P, const uint64_t *bits, const unsigned char *negative) {
+    Launch *L = P->launch;
+    uint64_t words[MAX_BUFFER / 8];
+    unsigned char *buf = (unsigned char *)words;
+    memset(buf, 0, (size_t)L->size);
+    for (Py_ssize_t i = 0; i < L->nparams; i++)
+        if (!pack_one(&L->params[i], bits[i], negative[i], buf))
             return 0;
-    }
-    return 1;
+    return call_driver(L, P->geometry, P->shared, P->stream_handle, buf) == 0;
 }
 
 static PyObject *Prepared_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
@@ -959,11 +959,16 @@ static PyObject *Prepared_vectorcall(PyObject *self, PyObject *const *args, size
         handle = (uintptr_t)bits;
     }
     int done;
-    if (P->raw) {
-        uint64_t words[MAX_BUFFER / 8];
-        unsigned char *buf = (unsigned char *)words;
-        memset(buf, 0, (size_t)L->size);
-        done = pack_raw(L, args, buf) && call_driver(L, P->geometry, P->shared, handle, buf) == 0;
+    if (P->raw) { /* ints as they are: an address not negative, a scalar in its C type */
+        uint64_t bits[MAX_PARAMS];
+        unsigned char negative[MAX_PARAMS];
+        done = 1;
+        for (Py_ssize_t i = 0; done && i < L->nparams; i++) {
+            int neg = 0;
+            done = int_bits(args[i], &bits[i], &neg);
+            negative[i] = (unsigned char)neg;
+        }
+        done = done && launch_trusted(P, bits, negative);
     } else {
         done = launch_checked(L, &P->cache, args, P->geometry, P->shared, handle);
         if (done < 0)
@@ -992,8 +997,9 @@ static PyObject *Prepared_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     if (P == NULL)
         return NULL;
     P->vectorcall = Prepared_vectorcall;
+    /* a raw launch checks nothing: no footprint answers to keep */
     if (!three(grid, P->geometry, "grid") || !three(block, P->geometry + 3, "block") ||
-        !footprint_cache_init(&P->cache, ((Launch *)launch)->nscalars, ((Launch *)launch)->npointers)) {
+        (!raw && !footprint_cache_init(&P->cache, ((Launch *)launch)->nscalars, ((Launch *)launch)->npointers))) {
         Py_DECREF(P);
         return NULL;
     }
@@ -1139,27 +1145,17 @@ static int steps_run(Steps *S, const uint64_t *bases) {
         const step_t *st = &S->steps[k];
         Prepared *P = st->raw;
         Launch *L = P->launch;
-        int done = 0;
-        if (L != NULL && L->open && P->fallback != NULL) {
-            uint64_t words[MAX_BUFFER / 8];
-            unsigned char *buf = (unsigned char *)words;
-            memset(buf, 0, (size_t)L->size);
-            done = 1;
-            for (Py_ssize_t i = 0; done && i < st->nargs; i++) {
-                uint64_t bits = st->value[i];
-                int negative = st->negative[i];
-                if (st->source[i] >= 0) { /* an address plus an offset: past 2**64 is Python's to refuse */
-                    uint64_t base = bases[st->source[i]];
-                    if (bits > UINT64_MAX - base) {
-                        done = 0;
-                        break;
-                    }
-                    bits += base;
-                }
-                done = pack_one(&L->params[i], bits, negative, buf);
+        int done = L != NULL && L->open && P->fallback != NULL;
+        uint64_t bits[MAX_PARAMS];
+        for (Py_ssize_t i = 0; done && i < st->nargs; i++) {
+            bits[i] = st->value[i];
+            if (st->source[i] >= 0) { /* an address plus an offset: past 2**64 is Python's to refuse */
+                uint64_t base = bases[st->source[i]];
+                done = bits[i] <= UINT64_MAX - base;
+                bits[i] += base;
             }
-            done = done && call_driver(L, P->geometry, P->shared, P->stream_handle, buf) == 0;
         }
+        done = done && launch_trusted(P, bits, st->negative);
         if (!done && step_through_python(st, bases) < 0)
             return -1;
     }
@@ -1604,6 +1600,12 @@ done:
     return result;
 }
 
+/* Whether a piece of ``n`` bytes at ``p`` may go with the wide array: aligned to the
+ * element (``mask``: its size less one) and sharing none of the wide array's bytes. */
+static int piece_clear(uint64_t p, uint64_t n, const facts_t *wide, uint64_t mask) {
+    return !(p & mask) && !(p < wide->address + wide->nbytes && wide->address < p + n);
+}
+
 /* Whether no two byte ranges [start[i], start[i] + size[i]) share a byte. */
 static int disjoint(uint64_t *start, uint64_t *size, Py_ssize_t n) {
     for (Py_ssize_t i = 1; i < n; i++) { /* insertion sort by start: a handful of pieces */
@@ -1709,7 +1711,7 @@ static PyObject *QuickOps_split(QuickOps *Q, PyObject *const *args, Py_ssize_t n
     PyObject *wants = PyTuple_GET_ITEM(call, 1);
     if (!PyTuple_Check(wants) || PyTuple_GET_SIZE(wants) != nout)
         goto done;
-    uint64_t end = wide.address + wide.nbytes, itemsize = dtype_facts(Q, wide.dtype, NULL);
+    uint64_t itemsize = dtype_facts(Q, wide.dtype, NULL);
     if (itemsize == 0)
         goto done;
     uint64_t mask = itemsize - 1, aligns = wide.address & 15, last = 0;
@@ -1724,7 +1726,7 @@ static PyObject *QuickOps_split(QuickOps *Q, PyObject *const *args, Py_ssize_t n
         facts_clear(&piece);
         if (eq < 0)
             drop_error();
-        if (!fits || (p & mask) || (p < end && wide.address < p + n)) /* misaligned, or shares dy's bytes */
+        if (!fits || !piece_clear(p, n, &wide, mask))
             goto done;
         if (p < last)
             ordered = 0;
@@ -1782,7 +1784,7 @@ static PyObject *QuickOps_join(QuickOps *Q, PyObject *const *args, Py_ssize_t na
     uint64_t itemsize = dtype_facts(Q, wide.dtype, NULL);
     if (!wide.writable || itemsize == 0)
         goto done;
-    uint64_t mask = itemsize - 1, end = wide.address + wide.nbytes, aligns = wide.address & 15;
+    uint64_t mask = itemsize - 1, aligns = wide.address & 15;
     if (wide.address & mask)
         goto done;
     for (Py_ssize_t i = 0; i < nxs; i++) { /* inputs may share memory with each other, not with y */
@@ -1793,7 +1795,7 @@ static PyObject *QuickOps_join(QuickOps *Q, PyObject *const *args, Py_ssize_t na
         shapes[nshapes++] = piece.shape; /* kept for the key */
         piece.shape = NULL;
         facts_clear(&piece);
-        if (!fits || (p & mask) || (p < end && wide.address < p + n))
+        if (!fits || !piece_clear(p, n, &wide, mask))
             goto done;
         pieces[i] = p;
         aligns = aligns << 4 | (p & 15);

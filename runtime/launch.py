@@ -60,6 +60,7 @@ from ptxgen.footprint import Footprint, FootprintError
 
 from . import _driver
 from ._driver import _LIBCUDA, driver, raise_error
+from ._env import env_flag
 from .arrays import PointerParam, ScalarParam, int_pointer_extent, pointer_value, scalar_value
 from .errors import ForkedProcessError
 from .layout import ArgumentLayout, ParamBuffer
@@ -306,7 +307,7 @@ def _choose_default() -> Binding:
 
 # --- int pointers ---------------------------------------------------------------------
 
-_int_checks = [os.environ.get("PTXGEN_CHECK_INT_POINTERS", "").strip().lower() in ("1", "true", "yes", "on")]
+_int_checks = [env_flag("PTXGEN_CHECK_INT_POINTERS", False)]
 _launchers: weakref.WeakSet[Launcher] = weakref.WeakSet()
 _launchers_lock = threading.Lock()
 
@@ -345,8 +346,7 @@ except ModuleNotFoundError:  # not built: the Python path launches alone
 except ImportError as err:  # built, but for another Python or platform
     _fastlaunch = None
     _fastlaunch_missing = f"it does not load: {err}"
-_OFF = ("0", "false", "no", "off")
-_use_compiled = [os.environ.get("PTXGEN_COMPILED_LAUNCH", "").strip().lower() not in _OFF]
+_use_compiled = [env_flag("PTXGEN_COMPILED_LAUNCH", True)]
 
 # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION in cuda.h's CUlaunchAttributeID
 PROGRAMMATIC_STREAM_SERIALIZATION = 6
@@ -667,6 +667,12 @@ def _unpack(n: int, indent: str) -> list[str]:
     ]
 
 
+def _block_fits(block: tuple[int, int, int], max_block: Sequence[int], max_threads: int) -> bool:
+    """Whether the device runs a block of this shape: each side within its limit, and no
+    more threads than the function allows."""
+    return all(0 < b <= m for b, m in zip(block, max_block)) and block[0] * block[1] * block[2] <= max_threads
+
+
 def _geometry(
     block: tuple[int, int, int] | None,
     device: Device,
@@ -694,8 +700,8 @@ def _geometry(
         f"0 < gx <= {mg[0]} and 0 < gy <= {mg[1]} and 0 < gz <= {mg[2]} and 0 <= shared_mem <= {shm}",
     ]
     if block is not None:
-        fits = all(0 < b <= m for b, m in zip(block, mb)) and block[0] * block[1] * block[2] <= max_threads
         # A block the device cannot run never passes the fast test; the full check says why.
+        fits = _block_fits(block, mb, max_threads)
         tests.append(f"bx == {block[0]} and by == {block[1]} and bz == {block[2]}" if fits else "False")
     else:
         tests.append(f"0 < bx <= {mb[0]} and 0 < by <= {mb[1]} and 0 < bz <= {mb[2]}")
@@ -970,8 +976,7 @@ class Launcher:
             else:
                 specs.append(("scalar", slot.offset, slot.size, p.min, p.max, *_packed_range(p)))
         device = self._device
-        fits = block is not None and all(0 < b <= m for b, m in zip(block, device.max_block))
-        if block is not None and not (fits and block[0] * block[1] * block[2] <= max_threads):
+        if block is not None and not _block_fits(block, device.max_block, max_threads):
             block = (0, 0, 0)  # one the device cannot run: no launch passes, the Python path says why
         return _fastlaunch.Launch(
             fallback=self.python_launch,

@@ -16,7 +16,6 @@ Nothing here touches the driver, so plans can be checked without a GPU.
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +23,8 @@ from typing import Any
 import ptxgen
 from ptxgen.dtypes import DType
 from ptxgen.kernels.fastcat_common import dependent_launch_supported
+
+from ._env import env_flag
 
 __all__ = [
     "MAX_STEPS",
@@ -51,7 +52,6 @@ def _cdiv(a: int, b: int) -> int:
 
 
 _DEPENDENT_ENV = "PTXGEN_DEPENDENT_LAUNCH"
-_OFF = ("0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class DeviceTraits:
             max_grid_x=device.max_grid[0],
             max_grid_y=device.max_grid[1],
             max_shared_memory_per_block=device.max_shared_memory_per_block,
-            dependent_launch=os.environ.get(_DEPENDENT_ENV, "1").strip().lower() not in _OFF,
+            dependent_launch=env_flag(_DEPENDENT_ENV, True),
         )
 
 

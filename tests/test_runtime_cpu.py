@@ -4,6 +4,7 @@ and packing, and the DLPack/CAI readers."""
 from __future__ import annotations
 
 import ctypes
+import os
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -385,3 +386,57 @@ def test_entry_parameter_count_is_read_from_the_ptx():
     assert ptx_param_count(hand_written_kernel().source, "fill_entry_point") == 3
     assert ptx_param_count(hand_written_kernel().source, "missing_entry_point") is None
     assert ptx_param_count(".entry k()\n{ ret; }", "k") == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "default", "want"),
+    [
+        (None, True, True),
+        (None, False, False),
+        ("", False, False),
+        ("  ", True, True),
+        ("1", False, True),
+        ("ON", False, True),
+        (" Yes ", False, True),
+        ("true", False, True),
+        ("0", True, False),
+        ("Off", True, False),
+        ("no", True, False),
+        ("FALSE", True, False),
+    ],
+)
+def test_environment_switches_read_one_way(monkeypatch, value, default, want):
+    from runtime._env import env_flag
+
+    if value is None:
+        monkeypatch.delenv("PTXGEN_TEST_SWITCH", raising=False)
+    else:
+        monkeypatch.setenv("PTXGEN_TEST_SWITCH", value)
+    assert env_flag("PTXGEN_TEST_SWITCH", default) is want
+
+
+@pytest.mark.parametrize("value", ["disable", "2", "y", "enabled"])
+def test_a_mistyped_switch_is_an_error_naming_it(monkeypatch, value):
+    from runtime._env import env_flag
+
+    monkeypatch.setenv("PTXGEN_TEST_SWITCH", value)
+    with pytest.raises(ValueError, match=rf"PTXGEN_TEST_SWITCH='{value}' is not a switch; accepted: 1, true"):
+        env_flag("PTXGEN_TEST_SWITCH", True)
+
+
+def test_the_runtime_refuses_a_mistyped_switch(monkeypatch):
+    """Each switch the runtime reads goes through env_flag: a typo is an error, not the default."""
+    from runtime.plan import DeviceTraits
+
+    for name in ("PTXGEN_COMPILED_LAUNCH", "PTXGEN_CHECK_INT_POINTERS"):  # read at import
+        env = {**os.environ, name: "maybe"}
+        code = "import runtime.launch"
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env)
+        assert out.returncode != 0
+        assert f"{name}='maybe' is not a switch" in out.stderr
+    device = SimpleNamespace(
+        ordinal=0, arch="sm_90", max_grid=(2**31 - 1, 65535, 65535), max_shared_memory_per_block=1
+    )
+    monkeypatch.setenv("PTXGEN_DEPENDENT_LAUNCH", "maybe")  # read per device
+    with pytest.raises(ValueError, match="PTXGEN_DEPENDENT_LAUNCH='maybe' is not a switch"):
+        DeviceTraits.of(device)

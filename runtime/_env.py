@@ -27,5 +27,5 @@ def env_flag(name: str, default: bool) -> bool:
         return False
     raise ValueError(
         f"{name}={raw!r} is not a switch; accepted: {', '.join(ON)} (on) or {', '.join(OFF)} (off), "
-        "in any case, or unset for the default"
+        "in any case, or unset or empty for the default"
     )

@@ -93,11 +93,11 @@ LABELS = {
     ),
     "graph_replay_fresh_context_per_launch": (
         "graph replay, 100 captured launches, per launch (wall), in a fresh context "
-        "(timed before any other launch)"
+        "(timed first: one launch before its capture)"
     ),
     "graph_replay_empty_fresh_context_per_launch": (
         "graph replay, 100 captured launches of the empty kernel on the seed's grid, per launch (wall), "
-        "in a fresh context"
+        "in a fresh context (timed second)"
     ),
     "graph_replay_fastcat_per_launch": (
         "graph replay, 100 captured launches of the fast kernel for the same gather, per launch (wall)"
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     ints = (dy.ptr, dx.ptr, *scalars)
     failures: list[str] = []
     empty = ptxgen.PtxKernel("empty", EMPTY_PTX, kernel.arg_names, kernel.arg_types, kernel.block)
-    # Graph replay first, while the context has made no ordinary launch (see FRESH_NOTE).
+    # Graph replay first, while the context has made (almost) no ordinary launch (see FRESH_NOTE).
     fresh = fresh_context_graph_replay(dev, fn, kernel, empty, dy, dx, host, args, failures)
     arrays = (dy, dx, *scalars)
     drain = stream.synchronize
@@ -518,7 +518,8 @@ def op_device_arrays(dev: Any, stream: Any, cat_backward: Callable, failures: li
 # first for that reason; every other graph row, and the target, is the later state, which
 # is what a process that launches anything else sees.
 FRESH_NOTE = (
-    "The fresh-context rows are timed first, before the run makes any ordinary launch. On an H200 a "
+    "The fresh-context rows are timed first, when the run has made no ordinary launch but the one "
+    "before each capture. On an H200 a "
     "context's graph replays cost about 0.18 µs a launch more some time after its first few tens of "
     "thousands of stream launches, and stay so; every other graph row, and the target, is measured in "
     "that later state, which is what a process that also launches kernels sees."

@@ -107,7 +107,6 @@ enum { T_DTYPE, T_IS_CUDA, T_NBYTES, T_GET_DEVICE, T_IS_CONTIGUOUS, T_DATA_PTR, 
 
 typedef struct {
     PyObject *descr[T_COUNT]; /* or NULL: read by name */
-    int method[T_COUNT];      /* call the descriptor with the tensor, rather than get through it */
 } readers_t;
 
 /* How a stream argument becomes a handle: a runtime.Stream is asked each time (it may
@@ -146,7 +145,6 @@ typedef struct {
     int fixed_block;
     unsigned block[3];
     Py_ssize_t nparams, npointers, nscalars, size;
-    Py_ssize_t *offsets;
     param_t *params;
     footprint_cache_t cache;
 } Launch;
@@ -194,6 +192,12 @@ static int int_bits(PyObject *value, uint64_t *bits, int *negative) {
     return 1;
 }
 
+/* An exact int in [0, 2**64) as 64 bits; 0 (no error set) for anything else. */
+static int uint_bits(PyObject *value, uint64_t *bits) {
+    int negative = 0;
+    return int_bits(value, bits, &negative) && !negative;
+}
+
 static int in_range(uint64_t bits, int negative, long long low, unsigned long long high) {
     if (negative)
         return (long long)bits >= low; /* high is never negative */
@@ -207,7 +211,7 @@ static int read_u64(PyObject *obj, PyObject *name, uint64_t *out) {
         drop_error();
         return 0;
     }
-    int negative = 0, ok = int_bits(v, out, &negative) && !negative;
+    int ok = uint_bits(v, out);
     Py_DECREF(v);
     return ok;
 }
@@ -223,6 +227,8 @@ static int read_u64(PyObject *obj, PyObject *name, uint64_t *out) {
 
 static PyObject **const reader_names[T_COUNT] = {&s_dtype, &s_is_cuda, &s_nbytes, &s_get_device,
                                                  &s_is_contiguous, &s_data_ptr, &s_shape, &s_requires_grad};
+/* Which are methods (called with the tensor); the others are properties (got through). */
+static const char reader_is_method[T_COUNT] = {[T_GET_DEVICE] = 1, [T_IS_CONTIGUOUS] = 1, [T_DATA_PTR] = 1};
 
 static void readers_clear(readers_t *R) {
     for (int i = 0; i < T_COUNT; i++)
@@ -244,15 +250,12 @@ static void readers_bind(readers_t *R, PyObject *cls) {
             continue;
         }
         PyTypeObject *t = Py_TYPE(d);
-        if (t->tp_descr_get != NULL && t->tp_descr_set != NULL) { /* data: wins over the instance */
+        int kept = reader_is_method[i] ? PyObject_TypeCheck(d, &PyMethodDescr_Type) || PyFunction_Check(d)
+                                       : t->tp_descr_get != NULL && t->tp_descr_set != NULL; /* data: wins */
+        if (kept)
             R->descr[i] = d;
-            R->method[i] = 0;
-        } else if (PyObject_TypeCheck(d, &PyMethodDescr_Type) || PyFunction_Check(d)) {
-            R->descr[i] = d;
-            R->method[i] = 1;
-        } else {
+        else /* another kind than expected: read by name, as Python would */
             Py_DECREF(d);
-        }
     }
 }
 
@@ -260,10 +263,9 @@ static void readers_bind(readers_t *R, PyObject *cls) {
 static PyObject *tensor_read(const readers_t *R, int which, PyObject *obj) {
     PyObject *d = R->descr[which], *v;
     if (d == NULL)
-        v = which == T_GET_DEVICE || which == T_IS_CONTIGUOUS || which == T_DATA_PTR
-                ? PyObject_CallMethodNoArgs(obj, *reader_names[which])
-                : PyObject_GetAttr(obj, *reader_names[which]);
-    else if (R->method[which])
+        v = reader_is_method[which] ? PyObject_CallMethodNoArgs(obj, *reader_names[which])
+                                    : PyObject_GetAttr(obj, *reader_names[which]);
+    else if (reader_is_method[which])
         v = PyObject_Vectorcall(d, &obj, 1, NULL);
     else
         v = Py_TYPE(d)->tp_descr_get(d, obj, (PyObject *)Py_TYPE(obj));
@@ -281,7 +283,7 @@ static int tensor_is(const readers_t *R, int which, PyObject *obj, PyObject *wan
 
 static int tensor_u64(const readers_t *R, int which, PyObject *obj, uint64_t *out) {
     PyObject *v = tensor_read(R, which, obj);
-    int negative = 0, ok = v != NULL && int_bits(v, out, &negative) && !negative;
+    int ok = v != NULL && uint_bits(v, out);
     Py_XDECREF(v);
     return ok;
 }
@@ -335,7 +337,7 @@ static int check_and_pack(Launch *L, PyObject *const *args, unsigned char *buf, 
             if (L->footprint != NULL && !read_u64(a, s_nbytes, &extent[ip]))
                 return 0;
         } else if (cls == &PyLong_Type) {
-            if (L->check_ints || !int_bits(a, &address[ip], &negative) || negative)
+            if (L->check_ints || !uint_bits(a, &address[ip]))
                 return 0;
             extent[ip] = UINT64_MAX; /* an int is trusted: its extent is unknown */
         } else if (L->tensor != NULL && (PyObject *)cls == L->tensor) {
@@ -392,8 +394,7 @@ static int footprints_fit(Launch *L, footprint_cache_t *cache, const unsigned *g
         }
         uint64_t fresh[2 * MAX_PARAMS];
         for (Py_ssize_t i = 0; i < 2 * L->npointers; i++) {
-            int negative = 0;
-            if (!int_bits(PyTuple_GET_ITEM(need, i), &fresh[i], &negative) || negative) {
+            if (!uint_bits(PyTuple_GET_ITEM(need, i), &fresh[i])) {
                 Py_DECREF(need);
                 return 0;
             }
@@ -448,8 +449,7 @@ static int dims(PyObject *t, const unsigned *max, unsigned *out) {
         return 0;
     for (int i = 0; i < 3; i++) {
         uint64_t bits;
-        int negative = 0;
-        if (!int_bits(PyTuple_GET_ITEM(t, i), &bits, &negative) || negative || bits == 0 || bits > max[i])
+        if (!uint_bits(PyTuple_GET_ITEM(t, i), &bits) || bits == 0 || bits > max[i])
             return 0;
         out[i] = (unsigned)bits;
     }
@@ -466,8 +466,8 @@ static int resolve_stream(streams_t *S, PyObject *stream, uintptr_t *handle) {
     if ((PyObject *)Py_TYPE(stream) == S->stream_class) /* asked every time: it may be closed */
         return read_u64(stream, s_handle, &bits) ? (*handle = (uintptr_t)bits, 1) : 0;
     if (PyLong_CheckExact(stream)) { /* stream_handle's own test: an int the runtime knows */
-        int negative = 0, known = PySet_Contains(S->known, stream);
-        if (known == 1 && int_bits(stream, &bits, &negative) && !negative) {
+        int known = PySet_Contains(S->known, stream);
+        if (known == 1 && uint_bits(stream, &bits)) {
             *handle = (uintptr_t)bits;
             return 1;
         }
@@ -488,8 +488,7 @@ static int resolve_stream(streams_t *S, PyObject *stream, uintptr_t *handle) {
         drop_error();
         return 0;
     }
-    int negative = 0;
-    if (!int_bits(v, &bits, &negative) || negative) {
+    if (!uint_bits(v, &bits)) {
         Py_DECREF(v);
         return 0;
     }
@@ -587,8 +586,7 @@ static PyObject *Launch_vectorcall(PyObject *self, PyObject *const *args, size_t
         return fall_back(L->fallback, args, nargsf, kwnames);
     }
     if (shared_obj != NULL) {
-        int negative = 0;
-        if (!int_bits(shared_obj, &shared, &negative) || negative || shared > L->max_shared)
+        if (!uint_bits(shared_obj, &shared) || shared > L->max_shared)
             return fall_back(L->fallback, args, nargsf, kwnames);
     }
     PyObject *given = args[2];
@@ -763,8 +761,8 @@ static PyObject *Launch_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
             goto fail;
         L->fixed_block = 1;
     }
-    if (!footprint_cache_init(&L->cache, L->nscalars, L->npointers))
-        goto fail;
+    if (footprint != Py_None && !footprint_cache_init(&L->cache, L->nscalars, L->npointers))
+        goto fail; /* answers to keep only where a footprint gives them */
     L->function = (uintptr_t)function;
     L->launch_kernel = (launch_kernel_t)(uintptr_t)launch_kernel;
     L->launch_kernel_ex = (launch_kernel_ex_t)(uintptr_t)launch_kernel_ex;
@@ -952,7 +950,7 @@ static PyObject *Prepared_vectorcall(PyObject *self, PyObject *const *args, size
     if (!L->open || kwnames != NULL || PyVectorcall_NARGS(nargsf) != L->nparams)
         return fall_back(P->fallback, args, nargsf, kwnames);
     uintptr_t handle = P->stream_handle;
-    if (P->stream != NULL && !P->raw) { /* raises (in the Python path) once the Stream is closed */
+    if (P->stream != NULL) { /* raises (in the Python path) once the Stream is closed */
         uint64_t bits;
         if (!read_u64(P->stream, s_handle, &bits))
             return fall_back(P->fallback, args, nargsf, kwnames);
@@ -997,9 +995,10 @@ static PyObject *Prepared_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     if (P == NULL)
         return NULL;
     P->vectorcall = Prepared_vectorcall;
-    /* a raw launch checks nothing: no footprint answers to keep */
+    /* footprint answers to keep only where the launch checks and a footprint gives them */
+    const Launch *L = (const Launch *)launch;
     if (!three(grid, P->geometry, "grid") || !three(block, P->geometry + 3, "block") ||
-        (!raw && !footprint_cache_init(&P->cache, ((Launch *)launch)->nscalars, ((Launch *)launch)->npointers))) {
+        (!raw && L->footprint != NULL && !footprint_cache_init(&P->cache, L->nscalars, L->npointers))) {
         Py_DECREF(P);
         return NULL;
     }
@@ -1167,10 +1166,8 @@ static PyObject *Steps_vectorcall(PyObject *self, PyObject *const *args, size_t 
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
     uint64_t bases[MAX_PIECES + 1];
     int ok = S->fallback != NULL && S->steps != NULL && kwnames == NULL && n == S->npieces + 1;
-    for (Py_ssize_t i = 0; ok && i < n; i++) {
-        int negative = 0;
-        ok = int_bits(args[i], &bases[i], &negative) && !negative;
-    }
+    for (Py_ssize_t i = 0; ok && i < n; i++)
+        ok = uint_bits(args[i], &bases[i]);
     if (!ok) {
         if (S->fallback == NULL) {
             PyErr_SetString(PyExc_ValueError, "these steps were cleared");
@@ -1226,9 +1223,8 @@ static int step_init(step_t *st, PyObject *pair, Py_ssize_t npieces) {
             ok = int_bits(item, &bits, &negative);
             st->source[i] = -1;
         } else {
-            ok = PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 2 &&
-                 int_bits(PyTuple_GET_ITEM(item, 0), &array, &negative) && !negative && array <= (uint64_t)npieces &&
-                 int_bits(PyTuple_GET_ITEM(item, 1), &bits, &negative) && !negative;
+            ok = PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 2 && uint_bits(PyTuple_GET_ITEM(item, 0), &array) &&
+                 array <= (uint64_t)npieces && uint_bits(PyTuple_GET_ITEM(item, 1), &bits);
             st->source[i] = ok ? (signed char)array : -1;
         }
         if (!ok) {
@@ -1406,10 +1402,9 @@ static uint64_t dtype_facts(QuickOps *Q, PyObject *dtype, PyObject **name) {
         return Q->dtype_itemsize;
     }
     uint64_t size = 0;
-    int negative = 0;
     PyObject *v = PyObject_GetAttr(dtype, s_itemsize);
     PyObject *n = v != NULL ? PyObject_GetAttr(dtype, s_name) : NULL;
-    int ok = n != NULL && int_bits(v, &size, &negative) && !negative && size != 0 && (size & (size - 1)) == 0;
+    int ok = n != NULL && uint_bits(v, &size) && size != 0 && (size & (size - 1)) == 0;
     Py_XDECREF(v);
     if (!ok) {
         Py_XDECREF(n);
@@ -1438,8 +1433,7 @@ static uint64_t shape_nbytes(PyObject *shape, uint64_t itemsize) {
     uint64_t total = itemsize;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
         uint64_t extent;
-        int negative = 0;
-        if (!int_bits(PyTuple_GET_ITEM(shape, i), &extent, &negative) || negative)
+        if (!uint_bits(PyTuple_GET_ITEM(shape, i), &extent))
             return 0;
         if (extent != 0 && total > UINT64_MAX / extent)
             return 0;

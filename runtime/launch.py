@@ -410,11 +410,6 @@ def compiled_steps(
         return None
 
 
-def compiled_on() -> bool:
-    """Whether the compiled path is built and :func:`use_compiled_launch` is on."""
-    return _use_compiled[0] and _fastlaunch is not None
-
-
 # --- prepared launches ----------------------------------------------------------------
 
 
@@ -1018,7 +1013,7 @@ class Launcher:
         if self._fast is not None:
             fixed = dict(launch=self._fast, grid=grid, block=block, shared_mem=shared_mem)
             fixed["stream_handle"] = handle
-            raw = _fastlaunch.Prepared(fallback=raw, stream=live, raw=True, **fixed)
+            raw = _fastlaunch.Prepared(fallback=raw, stream=None, raw=True, **fixed)  # trusted: not asked
             prepared = _fastlaunch.Prepared(fallback=prepared, stream=live, raw=False, **fixed)
         prepared.raw = raw
         prepared.grid, prepared.block, prepared.shared_mem, prepared.stream = grid, block, shared_mem, stream

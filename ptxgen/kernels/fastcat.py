@@ -217,18 +217,16 @@ def choose(
         group = ids[start : start + MAX_CHUNKS]
         granule = min(w[k] for k in group)
         window = offs[group[-1]] + widths[group[-1]] - offs[group[0]]
-        if granule >= RECT_GRANULE and window < RECT_MAX_WINDOW:
-            # Every chunk moves as whole vectors: copy directly, no shared memory.
-            launches.append(_rect(direction, granule, rows, window // granule, group))
-            continue
-        if not per_chunk and rows * pitch <= SMALL_OP_BYTES and window < RECT_MAX_WINDOW:
-            # A small op costs its latency: one trip to memory and back, where a tile adds
-            # the shared-memory staging and its barriers. Measured on H200 (the benchmark's
-            # timing, L2 flushed with reads, 60 runs; events resolve about 0.5 us):
-            # 2,048 x (3+5+24) concat u8 / bf16 / f32 6.2-6.6 / 5.6-6.0 / 6.2-6.8 us as
-            # 2 KB tiles, 4.5-4.9 / 4.7-5.8 / 4.6-5.7 here (torch.cat 5.1-5.9), split
-            # 5.5-5.7 as tiles, 4.5-5.0 here; at 16,384 rows (0.5-2 MB) a tie, at 65,536
-            # rows (2-8 MB) the tiles ahead again.
+        # Copy directly, no shared memory, where every chunk moves as whole vectors, or
+        # where the op is small: a small op costs its latency, one trip to memory and
+        # back, where a tile adds the shared-memory staging and its barriers. Measured on
+        # H200 (the benchmark's timing, L2 flushed with reads, 60 runs; events resolve
+        # about 0.5 us): 2,048 x (3+5+24) concat u8 / bf16 / f32 6.2-6.6 / 5.6-6.0 /
+        # 6.2-6.8 us as 2 KB tiles, 4.5-4.9 / 4.7-5.8 / 4.6-5.7 here (torch.cat 5.1-5.9),
+        # split 5.5-5.7 as tiles, 4.5-5.0 here; at 16,384 rows (0.5-2 MB) a tie, at
+        # 65,536 rows (2-8 MB) the tiles ahead again.
+        small_op = not per_chunk and rows * pitch <= SMALL_OP_BYTES
+        if window < RECT_MAX_WINDOW and (granule >= RECT_GRANULE or small_op):
             launches.append(_rect(direction, granule, rows, window // granule, group))
             continue
         whole = offs[group[0]] == 0 and offs[group[-1]] + widths[group[-1]] == pitch

@@ -51,9 +51,9 @@ _TABLE = (
     DType("u16", 2, "u16", "u16", (1, 16), "<u2", "uint16", ("uint16",)),
     DType("u32", 4, "u32", "u32", (1, 32), "<u4", "uint32", ("uint32",)),
     DType("u64", 8, "u64", "u64", (1, 64), "<u8", "uint64", ("uint64",)),
-    DType("e4m3", 1, "b8", "b16", (2, 10), None, "float8_e4m3fn",
+    DType("e4m3", 1, "b8", "b16", (10, 8), None, "float8_e4m3fn",
           ("float8_e4m3fn", "fp8_e4m3", "f8e4m3")),
-    DType("e5m2", 1, "b8", "b16", (2, 12), None, "float8_e5m2",
+    DType("e5m2", 1, "b8", "b16", (12, 8), None, "float8_e5m2",
           ("float8_e5m2", "fp8_e5m2", "f8e5m2")),
 )  # fmt: skip
 

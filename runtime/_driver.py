@@ -50,21 +50,35 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+INSTALL_RUNTIME = "pip install -e '.[runtime]' from a clone, or pip install cuda-bindings numpy"
+
+
+def _bindings_missing(err: ImportError) -> str:
+    """One line for a cuda-bindings that cannot be imported: the light install (``pip
+    install .``) has none, and saying only that the driver is missing would hide it."""
+    if isinstance(err, ModuleNotFoundError) and err.name in ("cuda", "cuda.bindings"):
+        return f"cuda-bindings is not installed; runtime needs it to load and launch: {INSTALL_RUNTIME}"
+    return f"cuda-bindings is not importable ({err}); reinstall it: {INSTALL_RUNTIME}"
+
+
 def _load() -> ModuleType:
+    no_driver = None
     try:
         ctypes.CDLL(_LIBCUDA)
     except OSError as err:
         reason = str(err).split(":")[-1].strip() or "not found"
-        raise CudaUnavailable(
-            f"no NVIDIA driver found ({_LIBCUDA}: {reason}); this machine cannot run CUDA kernels"
-        ) from None
+        no_driver = f"no NVIDIA driver found ({_LIBCUDA}: {reason}); this machine cannot run CUDA kernels"
     try:
         from cuda.bindings import driver
     except ImportError as err:
-        raise CudaUnavailable(
-            f"cuda-bindings is not importable ({err}); "
-            "install it with: pip install 'ptxgen[runtime]' (or cuda-bindings)"
-        ) from None
+        # cuda-bindings first: it is what the install lacks. A missing driver as well is said after it.
+        raise CudaUnavailable(_bindings_missing(err) + (f"; also {no_driver}" if no_driver else "")) from None
+    except Exception:
+        if no_driver is None:
+            raise
+        raise CudaUnavailable(no_driver) from None
+    if no_driver is not None:
+        raise CudaUnavailable(no_driver)
     try:
         (err,) = driver.cuInit(0)
     except Exception as exc:  # cuda.pathfinder raises its own errors when libcuda is odd

@@ -1965,6 +1965,13 @@ static int intern_all(void) {
     return 1;
 }
 
+/* setup.py defines it as the sha256 of this file's bytes, so the runtime (and the GPU
+ * record) can tell a build of this source from a stale one; a build by hand that does
+ * not define it says so. */
+#ifndef PTXGEN_FASTLAUNCH_SOURCE_SHA256
+#define PTXGEN_FASTLAUNCH_SOURCE_SHA256 "unknown"
+#endif
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "runtime._fastlaunch",
@@ -1989,7 +1996,8 @@ PyMODINIT_FUNC PyInit__fastlaunch(void) {
         PyModule_AddObject(m, "Steps", (PyObject *)&StepsType) < 0 ||
         PyModule_AddIntConstant(m, "MAX_BUFFER", MAX_BUFFER) < 0 ||
         PyModule_AddIntConstant(m, "MAX_PARAMS", MAX_PARAMS) < 0 ||
-        PyModule_AddIntConstant(m, "MAX_PIECES", MAX_PIECES) < 0) {
+        PyModule_AddIntConstant(m, "MAX_PIECES", MAX_PIECES) < 0 ||
+        PyModule_AddStringConstant(m, "SOURCE_SHA256", PTXGEN_FASTLAUNCH_SOURCE_SHA256) < 0) {
         Py_DECREF(m);
         return NULL;
     }

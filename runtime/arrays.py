@@ -179,7 +179,7 @@ def allocation_of(address: int, device: Device) -> tuple[int, int, int]:
     data = (ctypes.c_void_p * 3)(ctypes.addressof(start), ctypes.addressof(size), ctypes.addressof(ordinal))
     err = call(3, asked, data, address)
     if err:  # no context current on this thread
-        device._activate()
+        device.context.activate()
         err = call(3, asked, data, address)
     if err:
         try:

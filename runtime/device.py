@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import os
 import threading
-import weakref
 from typing import Any
 
 from ptxgen.dtypes import resolve_dtype
 from ptxgen.kernel import Kernel, conformance_problems
 from ptxgen.targets import min_cuda_for_isa, newest_isa_for_cuda, target_capability
 
-from ._driver import FORKED_MESSAGE, check, driver
-from .errors import ForkedProcessError
+from ._driver import check, driver
+from .context import Context
 from .memory import DeviceArray, check_byte_order
+from .pool import MemoryPool
 
 __all__ = ["Device"]
 
@@ -26,7 +26,7 @@ def _after_fork_in_child() -> None:
     global _instances_lock
     _instances_lock = threading.Lock()
     for device in _instances.values():
-        device._state = "forked"
+        device.context.state = "forked"
         device._lock = threading.RLock()
         for module in list(device._modules.values()):
             module._after_fork()
@@ -42,7 +42,7 @@ def device_of(ordinal: int) -> Device:
     """``Device(ordinal)`` without taking the lock when it is already open: the ops ask
     once per call for the device an array lives on."""
     existing = _instances.get(ordinal)
-    if existing is not None and existing._state == "open":
+    if existing is not None and existing.context.state == "open":
         return existing
     return Device(ordinal)
 
@@ -63,7 +63,7 @@ class Device:
             raise TypeError(f"device ordinal must be an int, not {type(ordinal).__name__} {ordinal!r}")
         with _instances_lock:
             existing = _instances.get(ordinal)
-            if existing is not None and existing._state == "open":
+            if existing is not None and existing.context.state == "open":
                 return existing  # the common case: no driver call
             drv = driver()
             count = check("cuDeviceGetCount", drv.cuDeviceGetCount())
@@ -83,25 +83,22 @@ class Device:
     def _open(self, ordinal: int) -> None:
         drv = driver()
         self.ordinal = ordinal
-        self._device = check("cuDeviceGet", drv.cuDeviceGet(ordinal))
-        self._ctx = check("cuDevicePrimaryCtxRetain", drv.cuDevicePrimaryCtxRetain(self._device))
-        self._ctx_int = int(self._ctx)
-        self._state = "open"
+        self.context = Context(ordinal)
         self._lock = threading.RLock()
         self._modules: dict[str, Any] = {}
-        self._resources: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._pool: MemoryPool | None = None
         attr = drv.CUdevice_attribute
 
         def get(a: Any) -> int:
-            return int(check("cuDeviceGetAttribute", drv.cuDeviceGetAttribute(a, self._device)))
+            return int(check("cuDeviceGetAttribute", drv.cuDeviceGetAttribute(a, self.context.device)))
 
         self.compute_capability = (
             get(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
             get(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
         )
-        self.name = check("cuDeviceGetName", drv.cuDeviceGetName(256, self._device))
+        self.name = check("cuDeviceGetName", drv.cuDeviceGetName(256, self.context.device))
         self.name = self.name.split(b"\0", 1)[0].decode()
-        self.total_memory = int(check("cuDeviceTotalMem", drv.cuDeviceTotalMem(self._device)))
+        self.total_memory = int(check("cuDeviceTotalMem", drv.cuDeviceTotalMem(self.context.device)))
         version = int(check("cuDriverGetVersion", drv.cuDriverGetVersion()))
         self.driver_version = (version // 1000, version % 1000 // 10)
         self.multiprocessor_count = get(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
@@ -128,7 +125,7 @@ class Device:
 
     @property
     def closed(self) -> bool:
-        return self._state == "closed"
+        return self.context.state == "closed"
 
     def __repr__(self) -> str:
         state = " closed" if self.closed else ""
@@ -136,41 +133,36 @@ class Device:
 
     # --- context ----------------------------------------------------------------------
 
-    def _activate(self) -> None:
-        """Make this device's primary context current on the calling thread."""
-        if self._state != "open" and self._state != "closing":
-            if self._state == "forked":
-                raise ForkedProcessError(FORKED_MESSAGE, "fork")
-            raise ValueError(f"Device {self.ordinal} is closed")
-        drv = driver()
-        current = check("cuCtxGetCurrent", drv.cuCtxGetCurrent())
-        if int(current) != self._ctx_int:
-            check("cuCtxSetCurrent", drv.cuCtxSetCurrent(self._ctx))
-
-    def _closing_or_open(self) -> bool:
-        """Whether this process may still free the device's handles (not after close, and
-        not in a forked child: the parent owns them)."""
-        return self._state == "open" or self._state == "closing"
-
-    def _track(self, resource: Any) -> None:
-        self._resources.add(resource)
-
     def synchronize(self) -> None:
         """Wait until all work on this device has finished."""
-        self._activate()
+        self.context.activate()
         check("cuCtxSynchronize", driver().cuCtxSynchronize())
 
     def memory_info(self) -> tuple[int, int]:
         """``(free, total)`` bytes of device memory."""
-        self._activate()
+        self.context.activate()
         free, total = check("cuMemGetInfo", driver().cuMemGetInfo())
         return int(free), int(total)
 
     # --- memory -----------------------------------------------------------------------
 
-    def empty(self, shape: Any, dtype: Any) -> DeviceArray:
-        """Uninitialised device memory for ``shape`` elements of ``dtype``."""
-        return DeviceArray(self, shape, dtype)
+    @property
+    def memory_pool(self) -> MemoryPool:
+        """The device's stream-ordered pool, made at first use (:mod:`runtime.pool`)."""
+        pool = self._pool
+        if pool is None:
+            with self._lock:
+                if self._pool is None:
+                    self.context.activate()  # says why: closed, or a forked child
+                    self._pool = MemoryPool(self)
+                pool = self._pool
+        return pool
+
+    def empty(self, shape: Any, dtype: Any, *, stream: Any = None) -> DeviceArray:
+        """Uninitialised device memory for ``shape`` elements of ``dtype``, from the
+        device's pool, ordered on ``stream`` (default: the legacy default stream). It is
+        ready for work queued on that stream after this call; see :mod:`runtime.pool`."""
+        return DeviceArray(self, shape, dtype, stream=stream)
 
     def to_device(self, array: Any, dtype: Any = None) -> DeviceArray:
         """Copy a numpy array to the device.
@@ -197,8 +189,8 @@ class Device:
         """Load ``kernel``'s PTX (cached by content hash) and return its :class:`Module`."""
         from .module import load_module
 
-        if self._state != "open":
-            self._activate()  # says why: closed, or a forked child
+        if self.context.state != "open":
+            self.context.activate()  # says why: closed, or a forked child
         problems = conformance_problems(kernel)
         if problems:
             raise TypeError(f"{type(kernel).__name__} is not a usable ptxgen.Kernel: {'; '.join(problems)}")
@@ -254,23 +246,24 @@ class Device:
     # --- lifetime ---------------------------------------------------------------------
 
     def close(self) -> None:
-        """Free this device's arrays, streams and events, unload its modules and release
-        the primary context. Idempotent."""
+        """Free this device's arrays, streams and events, unload its modules, destroy its
+        memory pool and release the primary context. Idempotent."""
         with _instances_lock, self._lock:
-            if self._state != "open":
+            if self.context.state != "open":
                 return
-            self._state = "closing"
+            self.context.state = "closing"
             try:
-                for resource in list(self._resources):
+                for resource in self.context.tracked():
                     resource.close()
                 for module in list(self._modules.values()):
                     module.close()
                 self._modules.clear()
+                if self._pool is not None:
+                    self._pool.close()
             finally:
-                self._state = "closed"
                 if _instances.get(self.ordinal) is self:
                     del _instances[self.ordinal]
-                check("cuDevicePrimaryCtxRelease", driver().cuDevicePrimaryCtxRelease(self._device))
+                self.context.release()
 
     def __enter__(self) -> Device:
         return self

@@ -6,12 +6,15 @@
     graph.set_args(0, new_args)                   # cuGraphExecKernelNodeSetParams
 
 A launch records the argument values it packed, so the arrays it points at must
-outlive the graph. While a stream captures, nothing may make the host wait for it or
-touch the legacy default stream: no ``synchronize()``, no ``DeviceArray`` copies or
-``fill_bytes`` (they are synchronous), no ``Device.empty``/``to_device`` (allocation
-may synchronize), no launch with ``stream=None``, no ``Module.close()``. In the default
-``"global"`` mode the driver refuses such calls from any thread and the capture is
-invalidated; :class:`Graph` then raises when the capture ends.
+outlive the graph. An array made on the capturing stream (``Device.empty(...,
+stream=stream)``, or an op's result there) is an allocation of the graph: each replay
+writes it at the same address. While a stream captures, nothing may make the host wait
+for it or touch the legacy default stream: no ``synchronize()``, no ``DeviceArray``
+copies or ``fill_bytes`` (they are synchronous), no ``Device.empty``/``to_device`` on
+the default stream, no launch with ``stream=None``, no ``Module.close()``. In the
+default ``"global"`` mode the driver refuses such calls from any thread and the capture
+is invalidated; :class:`Graph` then raises when the capture ends. (Arrays dropped
+meanwhile are freed once the capture is over: :mod:`runtime.pool`.)
 
 A launch on a stream that someone else is capturing (``torch.cuda.graph``) is recorded
 in their graph like any other kernel: pass their stream as ``stream=``.
@@ -27,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 from ._driver import check, driver, raise_error
 from .errors import CudaError
 from .launch import binding as launch_binding
-from .stream import Stream, stream_handle
+from .pool import Waits, relaxed_capture_mode
+from .stream import Stream, owning_stream, stream_handle
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -86,6 +90,7 @@ class Graph:
         self._exec: Any = None
         self._nodes: tuple[KernelNode, ...] = ()
         self._finalizer: weakref.finalize | None = None
+        self._memory: Any = None  # the pool's GraphMemory of the capture, kept as long as the graph
 
     # --- capture ------------------------------------------------------------------------
 
@@ -93,17 +98,20 @@ class Graph:
         if self._state != "new":
             raise RuntimeError("a Graph captures once; make a new one to capture again")
         drv = driver()
-        self.device._activate()
+        self.device.context.activate()
         mode = getattr(drv.CUstreamCaptureMode, f"CU_STREAM_CAPTURE_MODE_{self.mode.upper()}")
         check("cuStreamBeginCapture", drv.cuStreamBeginCapture(drv.CUstream(self.stream.handle), mode))
+        # what is allocated on the stream until the capture ends is this graph's memory
+        self._memory = self.device.memory_pool.begin_capture(self.stream.handle)
         self._state = "capturing"
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         drv = driver()
-        self.device._activate()
+        self.device.context.activate()
         err, graph = drv.cuStreamEndCapture(drv.CUstream(self.stream.handle))
         self._state = "ended"
+        self.device.memory_pool.end_capture(self.stream.handle)  # and the frees it held back
         if exc_type is not None:
             if not err and graph is not None:
                 drv.cuGraphDestroy(graph)
@@ -119,9 +127,13 @@ class Graph:
                 )  # fmt: skip
             raise_error("cuStreamEndCapture", err)
         self._graph = graph
-        self._exec = check("cuGraphInstantiate", drv.cuGraphInstantiate(graph, 0))
+        # Arrays made on the stream while it captured are the graph's allocations: each
+        # replay frees what the one before allocated, so a graph that makes its results
+        # replays without the caller freeing them in between.
+        auto_free = int(drv.CUgraphInstantiate_flags.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH)
+        self._exec = check("cuGraphInstantiate", drv.cuGraphInstantiate(graph, auto_free))
         self._finalizer = weakref.finalize(self, _destroy, self.device, self._exec, self._graph)
-        self.device._track(self)
+        self.device.context.track(self)
         self._nodes = self._read_kernel_nodes()
         self._state = "ready"
 
@@ -169,9 +181,11 @@ class Graph:
         handle = self.stream.handle if stream is None else stream_handle(stream)
         drv = driver()
         cu_stream = launch_binding("cuda.bindings").streams[handle]
+        # its memory goes back after the last launch, on that launch's stream
+        self._memory.last_launch[0] = Waits(handle, owning_stream(handle))
         (err,) = drv.cuGraphLaunch(self._exec, cu_stream)
         if err:
-            self.device._activate()  # no context on this thread, say: make it current, once more
+            self.device.context.activate()  # no context on this thread, say: make it current, once more
             (err,) = drv.cuGraphLaunch(self._exec, cu_stream)
             if err:
                 raise_error("cuGraphLaunch", err)
@@ -199,7 +213,7 @@ class Graph:
         params.sharedMemBytes = target.shared_mem
         params.kernelParams = buffer.params
         params.extra = 0
-        self.device._activate()
+        self.device.context.activate()
         check(
             "cuGraphExecKernelNodeSetParams",
             drv.cuGraphExecKernelNodeSetParams(self._exec, target.handle, params),
@@ -277,8 +291,11 @@ def _captured_args(function: Function | None, kernel_params: Any) -> tuple[int, 
 
 
 def _destroy(device: Any, graph_exec: Any, graph: Any) -> None:
-    if device._closing_or_open():
+    # A replay still running is fine: the driver frees the executable graph once it is
+    # done. Its memory is the GraphMemory's, given back once its arrays are gone too.
+    if device.context.usable:
         drv = driver()
-        device._activate()
-        check("cuGraphExecDestroy", drv.cuGraphExecDestroy(graph_exec))
-        check("cuGraphDestroy", drv.cuGraphDestroy(graph))
+        device.context.activate()
+        with relaxed_capture_mode(drv):  # a graph dropped while another one captures
+            check("cuGraphExecDestroy", drv.cuGraphExecDestroy(graph_exec))
+            check("cuGraphDestroy", drv.cuGraphDestroy(graph))

@@ -76,6 +76,7 @@ class ArrayInfo:
     size: int  # elements
     nbytes: int  # bytes from ptr to the end of a contiguous array (0 where the itemsize is unknown)
     stream: int | None = None  # CAI v3: the producer's stream, which a consumer must order after
+    strides: tuple[int, ...] | None = None  # in elements, where not contiguous (None: row-major)
 
 
 def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...] | None, itemsize: int) -> bool:
@@ -111,18 +112,27 @@ def _from_cai(cai: dict[str, Any]) -> ArrayInfo:
     if not 0 <= address < 1 << 64:
         raise TypeError(f"__cuda_array_interface__ 'data' holds {address}, which is not a 64-bit address")
     size = math.prod(shape)
+    contiguous = _c_contiguous(shape, tuple(strides) if strides else None, itemsize)
     return ArrayInfo(
         ptr=address,
         dtype=dtype,
         dtype_text=typestr,
         readonly=bool(readonly),
-        contiguous=_c_contiguous(shape, tuple(strides) if strides else None, itemsize),
+        contiguous=contiguous,
         device_id=None,
         shape=shape,
         size=size,
         nbytes=size * itemsize,
         stream=stream,
+        strides=None if contiguous else _element_strides(strides, itemsize),
     )
+
+
+def _element_strides(byte_strides: Any, itemsize: int) -> tuple[int, ...] | None:
+    """Byte strides in elements, or None where one is not a whole number of elements."""
+    if not itemsize or any(int(s) % itemsize for s in byte_strides):
+        return None
+    return tuple(int(s) // itemsize for s in byte_strides)
 
 
 def _from_dlpack(obj: Any, stream: int) -> ArrayInfo:
@@ -151,16 +161,18 @@ def _from_dlpack(obj: Any, stream: int) -> ArrayInfo:
     dtype = dtype_from_dlpack(dt.code, dt.bits, dt.lanes)
     itemsize = dt.bits // 8
     size = math.prod(shape)
+    contiguous = _c_contiguous(shape, tuple(s * itemsize for s in strides) if strides else None, itemsize)
     info = ArrayInfo(
         ptr=(tensor.data or 0) + tensor.byte_offset,
         dtype=dtype,
         dtype_text=f"DLPack (code {dt.code}, {dt.bits} bits, {dt.lanes} lanes)",
         readonly=False,
-        contiguous=_c_contiguous(shape, tuple(s * itemsize for s in strides) if strides else None, itemsize),
+        contiguous=contiguous,
         device_id=int(device_id),
         shape=shape,
         size=size,
         nbytes=size * itemsize * dt.lanes,
+        strides=None if contiguous or strides is None else strides,
     )
     del capsule  # unconsumed: its own destructor hands the tensor back to the producer
     return info

@@ -47,6 +47,7 @@ more; a second failure raises :class:`runtime.CudaError`.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 import struct
@@ -54,6 +55,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ptxgen.footprint import Footprint, FootprintError
@@ -346,6 +348,32 @@ except ModuleNotFoundError:  # not built: the Python path launches alone
 except ImportError as err:  # built, but for another Python or platform
     _fastlaunch = None
     _fastlaunch_missing = f"it does not load: {err}"
+
+
+def fastlaunch_source_sha256() -> str | None:
+    """The sha256 of ``runtime/_fastlaunch.c`` beside this module, or None where the
+    source is not shipped (an installed wheel carries only the build)."""
+    source = Path(__file__).with_name("_fastlaunch.c")
+    return hashlib.sha256(source.read_bytes()).hexdigest() if source.is_file() else None
+
+
+def _stale_build(module: Any) -> str:
+    """Why a built ``_fastlaunch`` does not match the source beside it, or "". A build
+    left from an older source would run checks the Python path no longer makes."""
+    source = fastlaunch_source_sha256()
+    built = getattr(module, "SOURCE_SHA256", "unknown")
+    if source is None or built == source:
+        return ""
+    return (
+        f"the build is stale, made from another runtime/_fastlaunch.c (build {built[:12]}, source "
+        f"{source[:12]}); rebuild it with pip install -e . or python setup.py build_ext --inplace"
+    )
+
+
+if _fastlaunch is not None:
+    _fastlaunch_missing = _stale_build(_fastlaunch)
+    if _fastlaunch_missing:
+        _fastlaunch = None
 _use_compiled = [env_flag("PTXGEN_COMPILED_LAUNCH", True)]
 
 # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION in cuda.h's CUlaunchAttributeID
@@ -355,7 +383,7 @@ PROGRAMMATIC_STREAM_SERIALIZATION = 6
 def compiled_launch_available() -> str:
     """Why the compiled launch path cannot be used, or "" where it can (the extension
     was built and imports)."""
-    return "" if _fastlaunch is not None else f"runtime._fastlaunch is not built ({_fastlaunch_missing})"
+    return "" if _fastlaunch is not None else f"runtime._fastlaunch is not available: {_fastlaunch_missing}"
 
 
 def use_compiled_launch(on: bool) -> bool:
@@ -1157,7 +1185,7 @@ class Launcher:
         """The launch failed: make the device's context current and try once more (with
         cuLaunchKernel: a dependent kernel's retry goes without the attribute, which
         costs it the overlap, not its result)."""
-        self._device._activate()
+        self._device.context.activate()
         err = self._launch_kernel(self._function, gx, gy, gz, bx, by, bz, shared, stream, buf.params, 0)
         if self.binding.returns_tuple:
             err = err[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +11,8 @@ from ptxgen.dtypes import DType, resolve_dtype
 
 from ._driver import check, driver
 from .interop import KDL_CUDA, to_dlpack_capsule
+from .pool import GraphMemory, Waits
+from .stream import Stream, owning_stream, same_stream, stream_handle
 
 if TYPE_CHECKING:
     import numpy as np
@@ -78,10 +81,14 @@ def _shape_of(shape: Any) -> tuple[int, ...]:
 class DeviceArray:
     """GPU memory holding ``shape`` elements of ``dtype``, row-major and compact.
 
-    Made by :meth:`Device.empty` and :meth:`Device.to_device`. Freed exactly once:
-    on :meth:`close`, when the array is garbage-collected, or when its device closes.
-    Offers ``__cuda_array_interface__`` and ``__dlpack__``, so torch, CuPy and Numba
-    can view it without a copy.
+    Made by :meth:`Device.empty`, :meth:`Device.to_device` and the ops, from the
+    device's stream-ordered pool (:mod:`runtime.pool`) on ``stream`` (a handle; 0, the
+    legacy default stream, unless one was named). Freed exactly once, on that stream,
+    without waiting for the device: on :meth:`close`, when the array is
+    garbage-collected, or when its device closes. Work on other streams that uses it
+    is ordered by the caller, or named with :meth:`record_stream`. Offers
+    ``__cuda_array_interface__`` and ``__dlpack__`` (bf16 and fp8 included), so torch,
+    CuPy and Numba can view it without a copy.
 
     For launchers: ``address`` is the device address (0 once closed, where ``ptr``
     raises instead) and ``launch_key`` is ``launch_key(device, dtype)`` while the array
@@ -91,20 +98,29 @@ class DeviceArray:
     address: int
     launch_key: tuple[Device, DType] | None
 
-    def __init__(self, device: Device, shape: Any, dtype: Any) -> None:
+    def __init__(self, device: Device, shape: Any, dtype: Any, *, stream: Any = None) -> None:
         self.device = device
         self.shape = _shape_of(shape)
         self._dtype = resolve_dtype(dtype)
         self.size = math.prod(self.shape)
         self.nbytes = self.size * self._dtype.itemsize
+        self.stream = stream_handle(stream)  # where it was allocated, and is freed
+        # A runtime.Stream of the runtime's own is kept: closed before the array is freed,
+        # it leaves an event that orders the free after its work.
+        self._owner = owning_stream(self.stream)
         self._ptr = 0
+        # record_stream's (handle, runtime.Stream or None): the free waits for them
+        self._other_streams: list[tuple[int, Any]] = []
+        captured, memory = False, None
         if self.nbytes:
-            device._activate()
-            self._ptr = int(check("cuMemAlloc", driver().cuMemAlloc(self.nbytes)))
-        self._finalizer = weakref.finalize(self, _free, device, self._ptr)
+            what = f"a {self.shape} {self._dtype.name} array"
+            self._ptr, captured, memory = device.memory_pool.allocate(self.nbytes, self.stream, what)
+        self._finalizer = weakref.finalize(
+            self, _free, device, self._ptr, self.stream, self._owner, captured, memory, self._other_streams
+        )
         self.address = self._ptr
         self.launch_key = launch_key(device, self._dtype) if self.nbytes else None
-        device._track(self)
+        device.context.track(self)
 
     # --- what it is -------------------------------------------------------------------
 
@@ -139,8 +155,21 @@ class DeviceArray:
 
     # --- copies -----------------------------------------------------------------------
 
+    def _host_stream(self) -> int:
+        """The stream a host copy or memset of this array is issued on, made current: the
+        array's own, or, once its runtime.Stream is closed, the legacy default stream after
+        the event that stream recorded as its last work."""
+        self.device.context.activate()
+        owner = self._owner
+        if owner is not None and owner.closed:
+            if owner.final_event is not None:
+                check("cuEventSynchronize", driver().cuEventSynchronize(owner.final_event))
+            return 0
+        return self.stream
+
     def copy_from_host(self, array: Any) -> DeviceArray:
-        """Copy a numpy array of the same size in bytes into this array (synchronous)."""
+        """Copy a numpy array of the same size in bytes into this array (synchronous: on the
+        array's stream, waited for)."""
         import numpy as np
 
         host = np.asarray(array, order="C")  # ascontiguousarray would make 0-d arrays 1-d
@@ -148,12 +177,14 @@ class DeviceArray:
         if host.nbytes != self.nbytes:
             raise ValueError(f"host array has {host.nbytes} bytes, this DeviceArray {self.nbytes}")
         if self.nbytes:
-            self.device._activate()
-            check("cuMemcpyHtoD", driver().cuMemcpyHtoD(self.ptr, host.ctypes.data, self.nbytes))
+            stream, drv = self._host_stream(), driver()
+            check("cuMemcpyHtoDAsync", drv.cuMemcpyHtoDAsync(self.ptr, host.ctypes.data, self.nbytes, stream))
+            check("cuStreamSynchronize", drv.cuStreamSynchronize(stream))
         return self
 
     def to_numpy(self, bits: bool = False) -> np.ndarray:
-        """Copy to a new numpy array (synchronous; waits for work on the default stream).
+        """Copy to a new numpy array (synchronous: on the array's stream, waited for; on the
+        legacy default stream that also waits for the work of every blocking stream).
 
         ``bits=True`` returns the raw bit patterns as unsigned integers, which needs
         no ml_dtypes for bf16 and fp8.
@@ -162,8 +193,9 @@ class DeviceArray:
 
         out = np.empty(self.shape, dtype=numpy_dtype(self._dtype, bits))
         if self.nbytes:
-            self.device._activate()
-            check("cuMemcpyDtoH", driver().cuMemcpyDtoH(out.ctypes.data, self.ptr, self.nbytes))
+            stream, drv = self._host_stream(), driver()
+            check("cuMemcpyDtoHAsync", drv.cuMemcpyDtoHAsync(out.ctypes.data, self.ptr, self.nbytes, stream))
+            check("cuStreamSynchronize", drv.cuStreamSynchronize(stream))
         return out
 
     def fill_bytes(self, value: int) -> DeviceArray:
@@ -171,8 +203,9 @@ class DeviceArray:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
             raise ValueError(f"fill_bytes takes a byte value 0..255, not {value!r}")
         if self.nbytes:
-            self.device._activate()
-            check("cuMemsetD8", driver().cuMemsetD8(self.ptr, value, self.nbytes))
+            stream, drv = self._host_stream(), driver()
+            check("cuMemsetD8Async", drv.cuMemsetD8Async(self.ptr, value, self.nbytes, stream))
+            check("cuStreamSynchronize", drv.cuStreamSynchronize(stream))
         return self
 
     # --- interop ----------------------------------------------------------------------
@@ -186,8 +219,19 @@ class DeviceArray:
             "data": (self.ptr, False),
             "strides": None,
             "version": 3,
-            "stream": None,
+            # an array made on a stream of its own names it, so a consumer orders after it
+            "stream": self._interface_stream(),
         }
+
+    def _interface_stream(self) -> int | None:
+        """CAI's ``stream``: the array's own, where it is not the legacy default stream and
+        is still open (a closed one's handle may name another stream by now: its last
+        work is waited for instead, and nothing is named)."""
+        owner = self._owner
+        if owner is not None and owner.closed:
+            self._host_stream()
+            return None
+        return self.stream if self.stream not in (0, 1) else None
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (KDL_CUDA, self.device.ordinal)
@@ -215,6 +259,17 @@ class DeviceArray:
 
     # --- lifetime ---------------------------------------------------------------------
 
+    def record_stream(self, stream: Any) -> None:
+        """Say that work on ``stream`` (not the array's own) uses this array: its memory
+        is reused only after that work, as well as its own stream's, is done (PyTorch's
+        ``Tensor.record_stream``). Work on the array's own stream needs no such word."""
+        handle = stream_handle(stream)
+        if self.closed:
+            raise ValueError("this DeviceArray is closed")
+        if not same_stream(handle, self.stream) and all(h != handle for h, _ in self._other_streams):
+            # a runtime.Stream is kept: closed before the free, it is waited for by its last event
+            self._other_streams.append((handle, owning_stream(handle)))
+
     def close(self) -> None:
         """Free the memory now; idempotent. Views handed to other libraries become invalid."""
         self.launch_key = None  # first: no launch may pick up the address once it is freed
@@ -228,7 +283,21 @@ class DeviceArray:
         self.close()
 
 
-def _free(device: Device, ptr: int) -> None:
-    if ptr and device._closing_or_open():
-        device._activate()
-        check("cuMemFree", driver().cuMemFree(ptr))
+def _free(
+    device: Device,
+    ptr: int,
+    stream: int,
+    owner: Stream | None,
+    captured: bool,
+    memory: GraphMemory | None,
+    other_streams: list[tuple[int, Any]],
+) -> None:
+    """Give an array's memory back on its stream, after the streams it was recorded on.
+    A finalizer: it never raises (a failure is reported, as Python reports one there)."""
+    if not ptr or not device.context.usable:
+        return
+    try:
+        device.context.activate()
+        device.memory_pool.free(ptr, Waits(stream, owner, tuple(other_streams)), captured, memory)
+    except Exception as err:  # the interpreter would print it anyway, with a traceback
+        print(f"runtime: freeing a DeviceArray of device {device.ordinal} failed: {err}", file=sys.stderr)

@@ -46,7 +46,7 @@ def _c_string(buffer: bytearray) -> str:
 def load_module(device: Device, kernel: Kernel) -> Module:
     """``cuModuleLoadDataEx`` on ``kernel.source``, with the JIT's logs captured."""
     drv = driver()
-    device._activate()
+    device.context.activate()
     jit = drv.CUjit_option
     error_log, info_log = bytearray(_LOG_BYTES), bytearray(_LOG_BYTES)
     options = [
@@ -86,7 +86,7 @@ class Module:
         self._handle = handle
         self._functions: dict[str, Function] = {}
         self._lock = threading.Lock()
-        device._track(self)
+        device.context.track(self)
 
     @property
     def closed(self) -> bool:
@@ -130,8 +130,8 @@ class Module:
             for function in self._functions.values():
                 function._module_closed()  # before the unload: no launch may use the handle after
         self.device._forget_module(self)
-        if self.device._closing_or_open():
-            self.device._activate()
+        if self.device.context.usable:
+            self.device.context.activate()
             check("cuModuleUnload", driver().cuModuleUnload(handle))
 
     def _after_fork(self) -> None:
@@ -178,7 +178,7 @@ class Function:
         block: tuple[int, int, int] | None,
     ) -> None:
         drv = driver()
-        module.device._activate()
+        module.device.context.activate()
         self.module = module
         self.device = module.device
         self.name = name

@@ -31,8 +31,10 @@ from .arrays import allocation_of, dtype_of_torch, torch_dtype_table
 from .device import Device, device_of
 from .interop import describe
 from .memory import DeviceArray
+from .outputs import array_kind, new_outputs
 from .plan import WIDE, DeviceTraits, Plan, Problem, Ptr, make_plan
 from .stream import order_after, stream_handle
+from .strides import describe_order, in_order, memory_order, permuted
 
 __all__ = ["channel_cat_backward", "channel_cat_forward", "clear_plans", "plan_for"]
 
@@ -41,7 +43,10 @@ class _Array:
     """What an op needs to know of one array argument (a slotted class: an op reads
     two or more of these per call, and a frozen dataclass costs several times more)."""
 
-    __slots__ = ("device", "dtype", "nbytes", "obj", "ordinal", "ptr", "readonly", "shape", "stream")
+    __slots__ = (
+        "device", "dtype", "nbytes", "obj", "order", "ordinal", "ptr", "readonly", "shape", "stream",
+        "strides",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -54,9 +59,12 @@ class _Array:
         ordinal: int | None,  # known for a DeviceArray, torch and DLPack; CAI does not say
         nbytes: int,
         stream: int | None = None,  # CAI v3: the producer's stream, to be ordered after
+        strides: tuple[int, ...] | None = None,  # in elements, where not row-major
+        order: tuple[int, ...] | None = None,  # its dims in memory order, where not row-major
     ) -> None:
         self.obj, self.shape, self.dtype, self.ptr = obj, shape, dtype, ptr
         self.readonly, self.device, self.ordinal, self.nbytes = readonly, device, ordinal, nbytes
+        self.strides, self.order = strides, order
         self.stream = stream
 
 
@@ -78,13 +86,19 @@ def _torch_array(value: Any) -> _Array | None:
     None when it is anything else: the general path then accepts it or says why not."""
     try:
         dtype = dtype_of_torch(value.dtype)
-        if dtype is None or not value.is_cuda or not value.is_contiguous():
+        if dtype is None or not value.is_cuda:
             return None
+        strides = order = None
+        if not value.is_contiguous():  # dense in another order (channels_last), or the general path
+            strides = tuple(value.stride())
+            order = memory_order(value.shape, strides)
+            if order is None:
+                return None
         # torch.Size is a tuple: kept as it is. A tensor that requires grad counts as
         # read-only: it may be read, but an op writing it would do so behind autograd.
         return _Array(
             value, value.shape, dtype, value.data_ptr(), value.requires_grad, None, value.get_device(),
-            value.nbytes,
+            value.nbytes, None, strides, order,
         )  # fmt: skip
     except Exception:  # a meta, fake or sparse tensor: the general path names the problem
         return None
@@ -131,16 +145,22 @@ def _recognise(op: str, what: str, value: Any, stream: int) -> _Array:
         raise TypeError(
             f"{op}: {what} has element type {info.dtype_text}, which is not one of {', '.join(DTYPES)}"
         )
-    if not info.contiguous:
-        raise ValueError(
-            f"{op}: {what} is not contiguous; pass a compact row-major array (.contiguous() in "
-            "torch, cupy.ascontiguousarray in CuPy)"
-        )
     shape = tuple(info.shape)
+    order = None
+    if not info.contiguous:
+        order = memory_order(shape, info.strides) if info.strides is not None else None
+        if order is None:
+            raise ValueError(
+                f"{op}: {what} is not dense (shape {shape}, strides {info.strides}): the ops take "
+                "row-major arrays and dense ones in another memory order (channels_last), not yet "
+                "pitched rows or general strides; pass a copy (.contiguous() in torch, "
+                "cupy.ascontiguousarray in CuPy)"
+            )
     nbytes = math.prod(shape) * info.dtype.itemsize
     return _Array(
-        value, shape, info.dtype, info.ptr, info.readonly, None, info.device_id, nbytes, info.stream
-    )
+        value, shape, info.dtype, info.ptr, info.readonly, None, info.device_id, nbytes, info.stream,
+        info.strides if order is not None else None, order,
+    )  # fmt: skip
 
 
 def _check_dim(op: str, dim: Any, what: str, shape: tuple[int, ...]) -> int:
@@ -204,6 +224,36 @@ def _check_out(op: str, what: str, a: _Array, shape: tuple[int, ...], dtype: DTy
             )
         raise ValueError(f"{op}: {what} is read-only; the op writes it")
     _check_aligned(op, what, a)
+
+
+def _common_order(op: str, named: Sequence[tuple[str, _Array]]) -> tuple[int, ...] | None:
+    """The memory order every array lies in (None: row-major), or the error naming the
+    first that lies otherwise. The kernels move them as the row-major arrays their
+    memory holds. An extent of 1 lets an array fit several orders, so each array's own
+    order is a candidate, and the first that all of them fit is taken."""
+    candidates = list(dict.fromkeys(a.order for _, a in named if a.order is not None))
+    for order in (*candidates, None):
+        if all(in_order(a.shape, a.strides, order) for _, a in named):
+            return order
+    # no order fits all: name a mismatch against the array whose order is least ambiguous
+    model_what, model = min(
+        ((w, a) for w, a in named if a.order is not None), key=lambda wa: sum(n == 1 for n in wa[1].shape)
+    )
+    what, a = next((w, a) for w, a in named if not in_order(a.shape, a.strides, model.order))
+    raise ValueError(
+        f"{op}: {what} is {describe_order(a.order, len(a.shape))} and {model_what} is "
+        f"{describe_order(model.order, len(model.shape))}; give every array in one memory order "
+        "(pitched rows and general strides are not taken yet)"
+    )
+
+
+def _check_results_layout(op: str, what: str, a: _Array, order: tuple[int, ...] | None) -> None:
+    """Results the op makes keep the inputs' memory order; a DeviceArray cannot hold another."""
+    if order is not None and array_kind(a.obj) == "device_array":
+        raise ValueError(
+            f"{op}: {what} is {describe_order(order, len(a.shape))}, and its results would be "
+            "runtime.DeviceArrays, which are row-major; pass out= arrays in its memory order"
+        )
 
 
 def _check_no_overlap(op: str, named: Sequence[tuple[str, _Array]], first_output: int) -> None:
@@ -558,6 +608,30 @@ def _quick_call(
     return _remember(_quick_calls, key, found)
 
 
+def _split_call(
+    shape: tuple[int, ...], sizes: Sequence[int], dim: int, dtype: DType, ordinal: int, handle: int
+) -> _QuickCall:
+    """The quick-call entry of a split (made at its first call; an error is the general path's)."""
+    key = (shape, dim, dtype.name, ordinal, handle, *sizes)
+    call = _quick_calls.get(key)
+    if call is None or call.device.closed:
+        split = _split_shape("channel_cat_backward", shape, sizes, dim)
+        call = _quick_call(key, split, ordinal, split.out_shapes)
+    return call
+
+
+def _join_call(
+    shapes: list[tuple[int, ...]], dim: int, dtype: DType, ordinal: int, handle: int
+) -> _QuickCall:
+    """The quick-call entry of a concat (made at its first call; an error is the general path's)."""
+    key = (dim, dtype.name, ordinal, handle, *shapes)
+    call = _quick_calls.get(key)
+    if call is None or call.device.closed:
+        join = _join_shape("channel_cat_forward", shapes, dim)
+        call = _quick_call(key, join, ordinal, [join.shape])
+    return call
+
+
 def _quick_launch(call: _QuickCall, dtype: DType, aligns: int, handle: int) -> Callable[..., None]:
     """The launch function of ``call`` for the arrays' addresses modulo 16 (``aligns``, 4
     bits each, the wide array's highest): its plan through :func:`_compiled`, prepared
@@ -591,11 +665,7 @@ def _backward_quick(dy: Any, sizes: Any, dim: Any, out: Any, handle: int) -> boo
     if wide is None:
         return False
     ptr, end, shape, dtype, ordinal, _, same = wide
-    key = (shape, dim, dtype.name, ordinal, handle, *sizes)
-    call = _quick_calls.get(key)
-    if call is None or call.device.closed:
-        split = _split_shape("channel_cat_backward", shape, sizes, dim)  # its errors are the general path's
-        call = _quick_call(key, split, ordinal, split.out_shapes)
+    call = _split_call(shape, sizes, dim, dtype, ordinal, handle)
     wants = call.shapes
     if len(out) != len(wants):
         return False
@@ -679,11 +749,7 @@ def _forward_quick(xs: Any, dim: Any, out: Any, handle: int) -> bool:
             return False
         pieces.append(p)
         aligns = aligns << 4 | (p & 15)
-    key = (dim, dtype.name, ordinal, handle, *shapes)
-    call = _quick_calls.get(key)
-    if call is None or call.device.closed:
-        join = _join_shape("channel_cat_forward", shapes, dim)  # its errors are the general path's
-        call = _quick_call(key, join, ordinal, [join.shape])
+    call = _join_call(shapes, dim, dtype, ordinal, handle)
     if shape != call.shapes[0]:
         return False
     launch = call.launches.get(aligns)
@@ -691,6 +757,69 @@ def _forward_quick(xs: Any, dim: Any, out: Any, handle: int) -> bool:
         launch = _quick_launch(call, dtype, aligns, handle)
     launch(ptr, *pieces)
     return True
+
+
+def _backward_fresh(dy: Any, sizes: Any, dim: Any, handle: int) -> list[Any] | None:
+    """:func:`channel_cat_backward` without ``out`` for the common call: the results made
+    (of dy's kind, on the op's stream) and launched; None, having done nothing, to leave
+    the call to the general path. Fresh arrays share no byte with dy or each other."""
+    if dim.__class__ is not int or (sizes.__class__ is not list and sizes.__class__ is not tuple):
+        return None
+    for s in sizes:
+        if s.__class__ is not int or s <= 0:  # a bool, or an empty piece: the general path
+            return None
+    wide = _wide_facts(dy, _tensor_class[0])
+    if wide is None:
+        return None
+    ptr, _, shape, dtype, ordinal, _, _ = wide
+    if ptr & (dtype.itemsize - 1):
+        return None
+    call = _split_call(shape, sizes, dim, dtype, ordinal, handle)
+    results, pieces = new_outputs(dy, call.device, handle, call.shapes, dtype)
+    aligns = ptr & 15
+    for p in pieces:
+        aligns = aligns << 4 | (p & 15)
+    launch = call.launches.get(aligns)
+    if launch is None:
+        launch = _quick_launch(call, dtype, aligns, handle)
+    launch(ptr, *pieces)
+    return results
+
+
+def _forward_fresh(xs: Any, dim: Any, handle: int) -> Any:
+    """:func:`channel_cat_forward` without ``out`` for the common call; as
+    :func:`_backward_fresh` (None leaves the call to the general path)."""
+    if (xs.__class__ is not list and xs.__class__ is not tuple) or not xs or dim.__class__ is not int:
+        return None
+    tensor = _tensor_class[0]
+    first = _wide_facts(xs[0], tensor)
+    if first is None:
+        return None
+    dtype, ordinal, same = first[3], first[4], first[6]
+    mask = dtype.itemsize - 1
+    aligns = 0
+    pieces = []
+    shapes = []
+    for x in xs:
+        facts = _wide_facts(x, tensor)  # open, non-empty, a DeviceArray or a plain CUDA tensor
+        if facts is None or facts[3] is not dtype or facts[4] != ordinal:
+            return None
+        if x.__class__ is not xs[0].__class__ or (same is not None and facts[6] is not same):
+            return None  # one kind of array, so the result's kind is not a guess
+        p = facts[0]
+        if p & mask:
+            return None
+        pieces.append(p)
+        shapes.append(facts[2])
+        aligns = aligns << 4 | (p & 15)
+    call = _join_call(shapes, dim, dtype, ordinal, handle)
+    made, wide = new_outputs(xs[0], call.device, handle, call.shapes, dtype)
+    aligns |= (wide[0] & 15) << 4 * len(pieces)
+    launch = call.launches.get(aligns)
+    if launch is None:
+        launch = _quick_launch(call, dtype, aligns, handle)
+    launch(wide[0], *pieces)
+    return made[0]
 
 
 # --- the ops ----------------------------------------------------------------------------
@@ -712,6 +841,10 @@ def channel_cat_backward(
     handle = stream_handle(stream)
     if out is not None and _backward_quick(dy, sizes, dim, out, handle):
         return list(out)
+    if out is None:
+        made = _backward_fresh(dy, sizes, dim, handle)
+        if made is not None:
+            return made
     src = _recognise(op, "dy", dy, handle)
     split = _split_shape(op, src.shape, sizes, dim)
     dtype = src.dtype
@@ -741,20 +874,27 @@ def channel_cat_backward(
                 _check_out(op, what, a, shape, dtype, reason)
             named.append((what, a))
         _check_no_overlap(op, named, 1)
+    order = _common_order(op, named)
+    if out is None:
+        _check_results_layout(op, "dy", src, order)
     device = _device_for(op, named)
     for _, a in named:
         if a.stream is not None:
             order_after(device, handle, a.stream)
 
-    # the addresses modulo 16 the plan is made for; fresh memory is 256-byte aligned
-    aligns = tuple([a.ptr & 15 for _, a in named[1:]]) if out is not None else (0,) * len(split.pieces)
-    compiled = _compiled(device, "backward", dtype, split.rows, split.extents, src.ptr & 15, aligns)
-    if out is None:
-        results: list[Any] = [device.empty(s, dtype) for s in split.out_shapes]
-        bases = [r.ptr for r in results]
+    if out is None:  # every check made: the results, of dy's kind, on the op's stream
+        results, bases = new_outputs(src.obj, device, handle, split.out_shapes, dtype, order)
     else:
         results = list(out)
         bases = [a.ptr for _, a in named[1:]]
+    # Dense in another order (channels_last): the same copy as the row-major array its
+    # memory holds, split along the same dim's place in that order.
+    moved = split if order is None else _split_shape(
+        op, permuted(src.shape, order), sizes, order.index(split.axis)
+    )  # fmt: skip
+    # the addresses modulo 16 the plan is made for
+    aligns = tuple([b & 15 for b in bases])
+    compiled = _compiled(device, "backward", dtype, moved.rows, moved.extents, src.ptr & 15, aligns)
     compiled.launcher(handle)(src.ptr, *bases)
     return results
 
@@ -778,8 +918,13 @@ def channel_cat_forward(xs: Sequence[Any], dim: int = 1, *, out: Any = None, str
         raise ValueError(f"{op}: xs is empty; give at least one array to concatenate")
     if out is not None and _forward_quick(xs, dim, out, handle):
         return out
+    if out is None:
+        made = _forward_fresh(xs, dim, handle)
+        if made is not None:
+            return made
     named = [(f"xs[{i}]", _recognise(op, f"xs[{i}]", x, handle)) for i, x in enumerate(xs)]
-    dtype = named[0][1].dtype
+    first = named[0][1]
+    dtype = first.dtype
     for what, a in named:
         if a.dtype is not dtype:
             raise TypeError(f"{op}: {what} is {a.dtype.name}, xs[0] is {dtype.name}; all must match")
@@ -793,6 +938,9 @@ def channel_cat_forward(xs: Sequence[Any], dim: int = 1, *, out: Any = None, str
         _check_out(op, "out", dst, join.shape, dtype, f"the inputs joined along dim {join.axis}")
         named.append(("out", dst))
         _check_no_overlap(op, named, len(named) - 1)
+    order = _common_order(op, named)
+    if dst is None:
+        _check_results_layout(op, "xs[0]", first, order)
     device = _device_for(op, named)
     for _, a in named:
         if a.stream is not None:
@@ -800,9 +948,16 @@ def channel_cat_forward(xs: Sequence[Any], dim: int = 1, *, out: Any = None, str
 
     inputs = len(join.pieces)
     aligns = tuple([a.ptr & 15 for _, a in named[:inputs]])
-    wide_align = dst.ptr & 15 if dst is not None else 0  # fresh memory is 256-byte aligned
-    compiled = _compiled(device, "forward", dtype, join.rows, join.extents, wide_align, aligns)
-    result = device.empty(join.shape, dtype) if dst is None else out
+    if dst is None:  # every check made: the result, of xs[0]'s kind, on the op's stream
+        made, addresses = new_outputs(first.obj, device, handle, [join.shape], dtype, order)
+        result, wide = made[0], addresses[0]
+    else:
+        result, wide = out, dst.ptr
+    # dense in another order (channels_last): the row-major arrays the memory holds
+    moved = join if order is None else _join_shape(
+        op, [permuted(a.shape, order) for _, a in named[:inputs]], order.index(join.axis)
+    )  # fmt: skip
+    compiled = _compiled(device, "forward", dtype, moved.rows, moved.extents, wide & 15, aligns)
     bases = [a.ptr for _, a in named[:inputs]]
-    compiled.launcher(handle)(result.ptr if dst is None else dst.ptr, *bases)
+    compiled.launcher(handle)(wide, *bases)
     return result

@@ -11,7 +11,7 @@ from ._driver import check, driver
 if TYPE_CHECKING:
     from .device import Device
 
-__all__ = ["Event", "Stream", "order_after", "stream_handle", "trust_stream_handle"]
+__all__ = ["Event", "Stream", "order_after", "same_stream", "stream_handle", "trust_stream_handle"]
 
 
 # Stream handles a launch may use. A CUstream is a pointer the driver dereferences: an
@@ -112,7 +112,7 @@ class Stream:
         from .device import Device
 
         self.device = device if device is not None else Device(0)
-        self.device._activate()
+        self.device.context.activate()
         drv = driver()
         flags = (
             drv.CUstream_flags.CU_STREAM_NON_BLOCKING
@@ -122,8 +122,10 @@ class Stream:
         self._handle = check("cuStreamCreate", drv.cuStreamCreate(int(flags)))
         self.handle = trust_stream_handle(int(self._handle))
         self.owned = True
+        self.final_event: Any = None  # recorded at close: what arrays made on it wait for
         self._finalizer = weakref.finalize(self, _destroy_stream, self.device, self._handle)
-        self.device._track(self)
+        _owned_streams[self.handle] = weakref.ref(self)
+        self.device.context.track(self)
 
     @classmethod
     def from_handle(cls, handle: Any, device: Device | None = None) -> Stream:
@@ -136,6 +138,7 @@ class Stream:
         self.handle = trust_stream_handle(handle) if isinstance(handle, int) else stream_handle(handle)
         self._handle = driver().CUstream(self.handle)
         self.owned = False
+        self.final_event = None
         self._finalizer = None
         return self
 
@@ -155,16 +158,21 @@ class Stream:
     def synchronize(self) -> None:
         """Wait until all work queued on this stream has finished."""
         _ = self.handle  # raises once closed: the CUstream below would be a destroyed one
-        self.device._activate()
+        self.device.context.activate()
         check("cuStreamSynchronize", driver().cuStreamSynchronize(self._handle))
 
     def close(self) -> None:
-        """Destroy the stream if this object created it; idempotent."""
+        """Destroy the stream if this object created it; idempotent. Arrays made on it
+        (:class:`runtime.DeviceArray`) are then freed after ``final_event``, an event
+        recorded as the stream's last work."""
         handle = self.__dict__.pop("handle", None)  # first: no launch may pick up the handle once gone
         if self._finalizer is not None:
+            if handle is not None and self._finalizer.alive and self.device.context.usable:
+                self.final_event = _final_event(self, handle)
             self._finalizer()
             if handle is not None:
                 _forget_stream_handle(handle)  # destroyed: the int no longer names a stream
+                _owned_streams.pop(handle, None)
 
     def __enter__(self) -> Stream:
         return self
@@ -177,13 +185,36 @@ class Stream:
         return f"<runtime.Stream {state}{'' if self.owned else ' (borrowed)'}>"
 
 
+# The streams this runtime created, by handle, while they are open: an array made on one
+# keeps it (and can still order its free after the stream's work once it is closed).
+_owned_streams: dict[int, weakref.ref[Stream]] = {}
+
+
+def owning_stream(handle: int) -> Stream | None:
+    """The open :class:`Stream` this runtime created with ``handle``, or None."""
+    ref = _owned_streams.get(handle)
+    return ref() if ref is not None else None
+
+
+def _final_event(stream: Stream, handle: int) -> Any:
+    drv = driver()
+    stream.device.context.activate()
+    flags = int(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+    event = check("cuEventCreate", drv.cuEventCreate(flags))
+    check("cuEventRecord", drv.cuEventRecord(event, handle))
+    # Not at exit: the arrays that wait for it are freed then too, after it would be
+    # (finalizers left at exit run newest first); the process ending frees it anyway.
+    weakref.finalize(stream, _destroy_event, stream.device, event).atexit = False
+    return event
+
+
 def _destroy_stream(device: Device, handle: Any) -> None:
-    if device._closing_or_open():
-        device._activate()
+    if device.context.usable:
+        device.context.activate()
         check("cuStreamDestroy", driver().cuStreamDestroy(handle))
 
 
-def _same_stream(a: int, b: int) -> bool:
+def same_stream(a: int, b: int) -> bool:
     # 0 and 1 both name the legacy default stream (CAI and DLPack spell it 1).
     return a == b or (a in (0, 1) and b in (0, 1))
 
@@ -204,10 +235,10 @@ def order_after(device: Device, consumer: int, producer: int | None) -> None:
       the process, so the host waits for the whole device instead (``cuCtxSynchronize``):
       slower, never wrong. Vouch for a producer's handle to get the event.
     """
-    if producer is None or _same_stream(consumer, producer):
+    if producer is None or same_stream(consumer, producer):
         return
     drv = driver()
-    device._activate()
+    device.context.activate()
     if int(check("cuStreamIsCapturing", drv.cuStreamIsCapturing(consumer))):  # 0: not capturing
         return
     if producer not in _known_streams:
@@ -229,18 +260,18 @@ class Event:
         from .device import Device
 
         self.device = device if device is not None else Device(0)
-        self.device._activate()
+        self.device.context.activate()
         drv = driver()
         flags = drv.CUevent_flags.CU_EVENT_DEFAULT if timing else drv.CUevent_flags.CU_EVENT_DISABLE_TIMING
         self._handle = check("cuEventCreate", drv.cuEventCreate(int(flags)))
         self._closed = False
         self._finalizer = weakref.finalize(self, _destroy_event, self.device, self._handle)
-        self.device._track(self)
+        self.device.context.track(self)
 
     def record(self, stream: Any = None) -> Event:
         """Record the event on ``stream`` (default: the default stream)."""
         self._check()
-        self.device._activate()
+        self.device.context.activate()
         check("cuEventRecord", driver().cuEventRecord(self._handle, stream_handle(stream)))
         return self
 
@@ -267,6 +298,6 @@ class Event:
 
 
 def _destroy_event(device: Device, handle: Any) -> None:
-    if device._closing_or_open():
-        device._activate()
+    if device.context.usable:
+        device.context.activate()
         check("cuEventDestroy", driver().cuEventDestroy(handle))

@@ -12,6 +12,7 @@ Shape syntax, rows first (commas and underscores in numbers are ignored):
 
 from __future__ import annotations
 
+import random
 import re
 from dataclasses import dataclass
 
@@ -24,12 +25,16 @@ __all__ = [
     "parse_shape",
     "quick_cases",
     "sector_bytes",
+    "sweep_cases",
 ]
 
 SECTOR = 32  # bytes: the unit in which the memory system reads
-# bytes: the unit in which an H200's DRAM delivers them. A kernel asking for one 32-byte
-# sector of every 64 bytes takes as long as one reading them all (fastcat_grid_study.py
-# --sectors: ~62 bytes read a row for one sector in rows of 64, ~70 in rows of 128).
+# bytes: the L2's DRAM fetch unit at most (its fetch granularity is a hint of up to 64
+# bytes here). Sparse reads pay it: one 32-byte sector of every 64 bytes takes as long as
+# reading them all (lab/fastcat_grid_study.py --sectors: ~62 bytes a row for one sector in
+# rows of 64). Denser gathers do not: 80 -> 48 @ 32 runs above 100% of the ceiling when
+# counted in these units (docs/perf/README.md), so counted in them a gather's traffic is an
+# upper estimate of what DRAM moved, and the 32-byte count is its floor.
 DRAM_GRANULE = 64
 OPS = ("gather", "split", "concat")
 DTYPE_SIZES = {"u8": 1, "i8": 1, "e4m3": 1, "e5m2": 1, "bf16": 2, "f16": 2, "i16": 2, "u16": 2}
@@ -202,8 +207,9 @@ class Case:
 
     def dram_traffic(self) -> int:
         """:meth:`traffic` with :data:`DRAM_GRANULE`-byte units of the source in place of
-        32-byte sectors: what DRAM has to move at least (the same as ``traffic`` for
-        splits and concats, whose sources are read whole)."""
+        32-byte sectors: what DRAM moves if it fetches whole 64-byte units, an upper
+        estimate (the same as ``traffic`` for splits and concats, whose sources are read
+        whole)."""
         if self.op != "gather":
             return self.traffic()
         isz, pitch = self.itemsize, self.channels * self.itemsize
@@ -235,6 +241,28 @@ def all_cases(dtypes: tuple[str, ...] = DTYPES) -> list[Case]:
         for shape in shapes:
             rows, sizes, _ = parse_shape(shape)
             cases += [Case(op, rows, sizes, d, None, group) for op in ("split", "concat") for d in kinds]
+    return cases
+
+
+# The random sweep (--sweep N --seed S): shapes no one tuned on. Each shape is measured
+# as a split and as a concat; dtypes of 1, 2, 4 and 8 bytes in turn.
+SWEEP_DTYPES = ("u8", "bf16", "f32", "f64")
+SWEEP_PIECES = (2, 6)  # pieces per shape, inclusive
+SWEEP_WIDTHS = (1, 300)  # elements per piece, inclusive
+SWEEP_BYTES = (64 << 20, 192 << 20)  # bytes of the wide array
+
+
+def sweep_cases(count: int, seed: int) -> list[Case]:
+    """``count`` random shapes, each as a split and a concat (group ``sweep``), drawn
+    from ``seed`` alone: the same seed gives the same cases on any machine."""
+    rng = random.Random(seed)
+    cases = []
+    for i in range(count):
+        dtype = SWEEP_DTYPES[i % len(SWEEP_DTYPES)]
+        sizes = tuple(rng.randint(*SWEEP_WIDTHS) for _ in range(rng.randint(*SWEEP_PIECES)))
+        row_bytes = sum(sizes) * DTYPE_SIZES[dtype]
+        rows = -(-rng.randint(*SWEEP_BYTES) // row_bytes)
+        cases += [Case(op, rows, sizes, dtype, None, "sweep") for op in ("split", "concat")]
     return cases
 
 

@@ -32,10 +32,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,8 +43,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 import numpy as np  # noqa: E402
+import records  # noqa: E402
 
 import ptxgen  # noqa: E402
 import runtime  # noqa: E402
@@ -141,17 +141,6 @@ def measure(paths: dict[str, Callable[[], None]], drain: Callable[[], None], rep
     return {k: median_us(v) for k, v in samples.items()}
 
 
-def driver_build() -> str | None:
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
-    except OSError:
-        return None
-    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=21, help="batches per path (median taken)")
@@ -164,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     if reason:
         print(f"no GPU: {reason}; nothing to measure")
         return 0
+    tree = records.tree_hash()  # of the code that runs, taken before it runs
     try:
         import torch
     except ImportError:
@@ -402,15 +392,14 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as err:
             failures.append(f"{key}: {type(err).__name__}: {err}")
 
+    if records.tree_hash() != tree:
+        print("bench_launch: the tree changed while it ran; not writing launch.json")
+        return 1
     record = {
         "us_per_launch": {k: round(v, 3) for k, v in us.items()},
         "labels": {k: LABELS[k] for k in us},
         "not_measured": notes,
-        "gpu": f"{dev.name} ({dev.arch})",
-        "driver": " ".join(
-            x for x in (driver_build(), f"(CUDA {dev.driver_version[0]}.{dev.driver_version[1]})") if x
-        ),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        **records.header(records.command_line(argv), tree),
         "default_binding": launch_module.binding().name,
         "compiled_launch": fn.launcher.compiled,
         "compiled_launch_missing": launch_module.compiled_launch_available(),
@@ -578,9 +567,10 @@ def fastcat_gather(dev: Any, dy: Any, dx: Any, dependent: bool) -> Callable[[Any
     """``launch(stream)``: the fast kernel the planner's rule picks for this gather (dy's
     columns OFFSET..OFFSET+CHUNK into dx), built with or without ``dependent_launch``."""
     from ptxgen.kernels.fastcat import choose
+    from runtime.plan import DeviceTraits
 
     sizes = [OFFSET, CHUNK, C_TOTAL - OFFSET - CHUNK]
-    (step,) = choose("gather", N, sizes, 4, chunk=1, target=dev.arch)
+    (step,) = choose("gather", N, sizes, 4, traits=DeviceTraits.of(dev), chunk=1)
     kernel = step.kernel(dev.arch, dependent)
     offs, widths = [0, 4 * OFFSET, 4 * (OFFSET + CHUNK)], [4 * s for s in sizes]
     values = step.args(dy.ptr, [0, dx.ptr, 0], N, 4 * C_TOTAL, offs, widths)

@@ -247,6 +247,12 @@ def _copy16(ctx: Any, buffers: Buffers) -> Runner:
     return Runner(lambda: fn.launch(grid, COPY16.block, args), [dst], [(dst, src)], traffic=2 * n)
 
 
+@method("flat_copy", "ceiling", ("gather", "split", "concat"), "torch: flat.copy_(src) of the same bytes")
+def _flat_copy(ctx: Any, buffers: Buffers) -> Runner:
+    src, dst, n = _scratch(ctx, buffers)
+    return Runner(lambda: dst.copy_(src), [dst], [(dst, src)], traffic=2 * n)
+
+
 # --- this project ------------------------------------------------------------------------------
 
 
@@ -466,11 +472,16 @@ def tile_candidates(width: int, rows: int, count: int = 5) -> list[tuple[int, in
     return sorted(out, key=lambda t: -t[1])[:count]
 
 
+# Triton's tuning knobs beside the tile shape, as its users tune them.
+NUM_WARPS = (4, 8)
+NUM_STAGES = (1, 3)
+
+
 @method(
     "triton: 2-D tiles, tuned",
     "peer",
     ("gather", "split", "concat"),
-    "best of up to 5 tile shapes per piece (3 with --quick)",
+    "best per piece of up to 5 tile shapes (3 with --quick) x num_warps 4, 8 x num_stages 1, 3",
 )
 def _triton_tiled(ctx: Any, buffers: Buffers) -> Runner:
     kernel = triton_kernels(ctx).tiled
@@ -483,19 +494,27 @@ def _triton_tiled(ctx: Any, buffers: Buffers) -> Runner:
         else:
             src, dst, pitches = buffers.wide, buffers.pieces[i], (total, off, w, 0)
 
-        def launch(tile, src=src, dst=dst, w=w, pitches=pitches):
-            br, bc = tile
+        def launch(config, src=src, dst=dst, w=w, pitches=pitches):
+            (br, bc), warps, stages = config
             grid = (-(-case.rows // br), -(-w // bc))
-            return lambda: kernel[grid](src, dst, case.rows, w, *pitches, BR=br, BC=bc, num_warps=8)
+            return lambda: kernel[grid](
+                src, dst, case.rows, w, *pitches, BR=br, BC=bc, num_warps=warps, num_stages=stages
+            )
 
-        tiles = tile_candidates(w, case.rows, ctx.tile_choices)
-        timings = {tile: ctx.tune_time(launch(tile)) for tile in tiles}
+        configs = [
+            (tile, warps, stages)
+            for tile in tile_candidates(w, case.rows, ctx.tile_choices)
+            for warps in NUM_WARPS
+            for stages in NUM_STAGES
+        ]
+        timings = {config: ctx.tune_time(launch(config)) for config in configs}
         best = min(timings, key=timings.get)
-        chosen.append(f"{best[0]}x{best[1]}")
+        (br, bc), warps, stages = best
+        chosen.append(f"{br}x{bc}/w{warps}/s{stages}")
         launches.append(launch(best))
 
     def run() -> None:
         for go in launches:
             go()
 
-    return buffers.runner(run, "tiles " + ", ".join(chosen))
+    return buffers.runner(run, "tiles/warps/stages " + ", ".join(chosen))

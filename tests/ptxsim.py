@@ -1,4 +1,7 @@
-"""A small PTX interpreter for the subset ptxgen.fastcat_proto emits, to test kernels on a CPU.
+"""A small PTX interpreter for the subset the fast kernels emit, to test kernels on a CPU.
+
+(Written for the fast kernels' prototype, lab/fastcat_proto.py; what ptxgen/kernels emits
+is the same subset.)
 
 It runs every thread of a block as a Python generator that pauses at ``bar.sync`` (and
 at ``vote.sync``, which its warp answers), blocks one after the other. Global memory is a set of exact allocations: any access outside

@@ -156,9 +156,9 @@ def fake_doc():
 
 
 def test_the_report_table_marks_failures_and_wrong_results():
-    import bench
+    import bench_report
 
-    text = bench.table(fake_doc()["results"])
+    text = bench_report.table(fake_doc()["results"])
     lines = text.splitlines()
     assert lines[0].startswith("| op | shape | dtype | ceiling | ours: seed | torch: narrow+copy_ |")
     f32 = next(line for line in lines if "| f32 |" in line)
@@ -166,7 +166,7 @@ def test_the_report_table_marks_failures_and_wrong_results():
 
 
 def test_the_gather_table_counts_dram_units():
-    import bench
+    import bench_report
 
     rows = [
         {"op": "gather", "pretty_shape": "8 × 160 → 96 @ 64", "dtype": "bf16", "method": m, "method_group": g,
@@ -174,32 +174,32 @@ def test_the_gather_table_counts_dram_units():
          "case_ceiling_GBps": 4000.0}
         for m, g, gbps in (("copy", "ceiling", 4000.0), ("ours: vector", "ours", 3000.0), ("ours: seed", "ours", 300.0))
     ]  # fmt: skip
-    lines = bench.gather_table(rows).splitlines()
+    lines = bench_report.gather_table(rows).splitlines()
     assert lines[2] == "| 8 × 160 → 96 @ 64 | bf16 | 3,000 | 75.0 | 1.167 | 87.5 |"
 
 
 def test_the_readme_keeps_what_people_wrote(tmp_path):
-    import bench
+    import bench_report
 
     source = tmp_path / "src.md"
     source.write_text(
-        f"# Perf\n\nhand-written intro\n\n{bench.BEGIN}\nold table\n{bench.END}\n\n## Notes\nkept\n"
+        f"# Perf\n\nhand-written intro\n\n{bench_report.BEGIN}\nold table\n{bench_report.END}\n\n## Notes\nkept\n"
     )
     out = tmp_path / "README.md"
-    bench.write_readme(out, fake_doc(), source)
+    bench_report.write_readme(out, fake_doc(), source)
     text = out.read_text()
     assert "hand-written intro" in text and "## Notes\nkept" in text and "old table" not in text
     assert "4,100 GB/s" in text and "torch: split_with_sizes_copy on split 4,194,304 × (1+3) f32" in text
     assert "| `seed` | chunk |" in text
-    bench.write_readme(out, fake_doc(), tmp_path / "missing.md")  # no file yet: the skeleton
-    assert "## Reproduce" in out.read_text() and out.read_text().count(bench.BEGIN) == 1
+    bench_report.write_readme(out, fake_doc(), tmp_path / "missing.md")  # no file yet: the skeleton
+    assert "## Reproduce" in out.read_text() and out.read_text().count(bench_report.BEGIN) == 1
 
 
 def test_the_plot_is_drawn(tmp_path):
     pytest.importorskip("matplotlib")
-    import bench
+    import bench_report
 
-    assert bench.plot(tmp_path / "b.png", fake_doc()) is None
+    assert bench_report.plot(tmp_path / "b.png", fake_doc()) is None
     assert (tmp_path / "b.png").stat().st_size > 1000
 
 
@@ -252,3 +252,79 @@ def test_report_only_redraws_from_the_json(tmp_path):
     assert out.returncode == 0, out.stderr
     text = (tmp_path / "README.md").read_text()
     assert "| split | 4,194,304 × (1+3) | u8 | 2,000 | 800 |" in text
+
+
+def test_the_sweep_is_drawn_from_its_seed_alone():
+    from bench_cases import DTYPE_SIZES, sweep_cases
+
+    first, again, other = sweep_cases(64, 20261201), sweep_cases(64, 20261201), sweep_cases(64, 7)
+    assert first == again and first != other
+    assert len(first) == 128 and {c.op for c in first} == {"split", "concat"}
+    assert {DTYPE_SIZES[c.dtype] for c in first} == {1, 2, 4, 8}
+    for case in first:
+        assert case.group == "sweep" and 2 <= len(case.sizes) <= 6
+        assert all(1 <= s <= 300 for s in case.sizes)
+        assert case.wide_bytes >= 64 << 20
+    widths = {s for c in first for s in c.sizes}
+    assert any(s % 16 for s in widths)  # odd widths, not only whole 16-byte units
+
+
+def _sweep_rows(ours: float, torch: float, triton: float, dtype: str = "u8", op: str = "split"):
+    rows = []
+    for method, group, gbps in (
+        ("flat_copy", "ceiling", 4000.0),
+        ("ours: fused", "ours", ours),
+        ("torch: narrow+copy_", "peer", torch),
+        ("triton: 2-D tiles, tuned", "peer", triton),
+    ):
+        rows.append({"op": op, "pretty_shape": f"1 × ({dtype})", "dtype": dtype, "method": method,
+                     "method_group": group, "GBps": gbps, "correct": True, "case_ceiling_GBps": 4000.0,
+                     "sweep": True, "seed": 5, "status": "ok"})  # fmt: skip
+    return rows
+
+
+def test_the_sweep_summary_counts_against_the_flat_copy_and_the_peers():
+    import bench_report
+
+    rows = _sweep_rows(3800.0, 2000.0, 3000.0) + _sweep_rows(2000.0, 1000.0, 3000.0, "f32")
+    rows += _sweep_rows(3900.0, 1000.0, 1000.0, "bf16", "concat")
+    text = bench_report.sweep_summary(rows)
+    assert "Random sweep (seed 5)" in text
+    assert "- split (2 shapes): median 72.5% of the flat copy, lowest 50.0% (split 1 × (f32) f32)" in text
+    assert "  - u8: median 95.0%, lowest 95.0%" in text
+    assert "- concat (1 shapes): median 97.5% of the flat copy" in text
+    assert "more than 3% behind PyTorch's best or tuned Triton: 1 of 3 cells: split 1 × (f32) f32" in text
+    table = bench_report.sweep_table(rows)
+    assert "| split | 1 × (u8) | u8 | 95.0% | 50.0% | 75.0% |" in table
+
+
+def test_the_ops_benchmark_tables_its_record():
+    import bench_ops
+
+    def row(method, out, us, host, layout="contiguous", **extra):
+        return {"case": "split yolo b1 80x80 64+64+64 bf16", "layout": layout, "array": "torch", "out": out,
+                "method": method, "us": us, "host_us": host, "correct": True, **extra}  # fmt: skip
+
+    record = {
+        "gpu": "G (sm_90)", "driver": "580 (CUDA 13.0)", "date": "T", "tree": "ab" * 32, "command": "python x",
+        "reps": 30, "warmup": 5, "not_measured": {"pitched": "refused"},
+        "cases": [
+            row("ours", False, 10.5, 20.0, framework_alloc_host_us=9.0), row("ours", True, 10.0, 11.0),
+            row("torch", False, 30.0, 40.0), row("torch", True, 25.0, 30.0), row("flat_copy", True, 9.0, None),
+            row("ours", False, 10.0, 21.0, "channels_last", framework_alloc_host_us=9.0),
+            row("ours", True, 9.5, 12.0, "channels_last"), row("flat_copy", True, 9.0, None, "channels_last"),
+        ],
+    }  # fmt: skip
+    text = bench_ops.markdown(record)
+    # 10.5 / 10.0 = 1.05x the out= call; 20.0 <= 11.0 + 9.0 + 1.0; ahead of torch in both
+    assert (
+        "| split yolo b1 80x80 64+64+64 bf16 | contiguous | torch | 1.05× | 20.0 (21.0) | 2.86× | 2.00× | yes |"
+        in text
+    )
+    # channels_last: 21.0 <= 12.0 + 9.0 + 1.0; no torch row to compare with
+    assert (
+        "| split yolo b1 80x80 64+64+64 bf16 | channels_last | torch | 1.05× | 21.0 (22.0) | – | – | yes |"
+        in text
+    )
+    assert "| split yolo b1 80x80 64+64+64 bf16 | no | 90.0% |" in text
+    assert "- pitched: refused" in text

@@ -4,8 +4,10 @@ says what a runtime without Python needs, and the same input gives the same byte
 from __future__ import annotations
 
 import copy
+import errno
 import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -15,7 +17,7 @@ import pytest
 from conftest import FILL_PTX, FILL_TYPES, ROOT, hand_written_kernel
 
 import ptxgen
-from ptxgen import bundle
+from ptxgen import bundle, cli
 from ptxgen.args import param_buffer_size, param_layout
 
 SCHEMA = json.loads((ROOT / "docs" / "bundle-manifest.schema.json").read_text())
@@ -155,6 +157,26 @@ def test_an_earlier_bundle_is_replaced_without_stale_files(tmp_path):
     "args, message",
     [
         (["nope"], "unknown kernel 'nope'; accepted: all, channel_cat_backward, channel_cat_forward"),
+        (
+            ["channel_cat_forwrd"],
+            "accepted: all, channel_cat_backward, channel_cat_forward; did you mean 'channel_cat_forward'?",
+        ),
+        (
+            ["all", "--dtype", "f32,all"],
+            "--dtype takes 'all' alone or a comma-separated list without it, not 'f32,all'",
+        ),
+        (
+            ["all", "--block-size", "all,128"],
+            "--block-size takes 'all' alone or a comma-separated list without it",
+        ),
+        (
+            ["all", "--block-size", "2048"],
+            "block_size 2048 is not accepted; accepted: multiples of 32 from 32 to 1024",
+        ),
+        (
+            ["all", "--target", "sm_90,"],
+            "--target takes a comma-separated list without empty items, not 'sm_90,'",
+        ),
         (["all", "--dtype", "f12"], "unknown dtype 'f12'"),
         (["all", "--dtype", "f32,,f16"], "--dtype takes a comma-separated list without empty items"),
         (["all", "--block-size", "33"], "block_size 33 is not accepted"),
@@ -165,8 +187,12 @@ def test_an_earlier_bundle_is_replaced_without_stale_files(tmp_path):
 def test_bad_selections_are_one_line_and_write_nothing(tmp_path, args, message):
     out = run("bundle", *args, "-o", str(tmp_path / "b"))
     assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("ptxgen: error: ")
     assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert not (tmp_path / "b").exists()
+
+
+ACCEPTED_FOLDERS = "give an empty or new folder, or one holding only an earlier bundle"
 
 
 def test_a_folder_with_other_files_is_refused_before_writing(tmp_path):
@@ -175,7 +201,51 @@ def test_a_folder_with_other_files_is_refused_before_writing(tmp_path):
     assert out.returncode == 2 and "holds 'notes.txt', which is not part of a ptxgen bundle" in out.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
     out = run("bundle", "all", "-o", str(tmp_path / "notes.txt"))
-    assert out.returncode == 2 and "exists and is not a folder" in out.stderr
+    assert out.returncode == 2 and f"exists and is not a folder; {ACCEPTED_FOLDERS}" in out.stderr
+
+
+@pytest.mark.parametrize(
+    "output, message",
+    [
+        ("notes.txt/sub", "notes.txt/sub cannot be a folder (Not a directory); " + ACCEPTED_FOLDERS),
+        ("dangling", "dangling cannot be a folder (File exists); " + ACCEPTED_FOLDERS),
+        ("x" * 300, "cannot be a folder (File name too long); " + ACCEPTED_FOLDERS),
+        ("", "argument -o/--output: takes a folder, not ''"),
+        ("  ", "argument -o/--output: takes a folder, not '  '"),
+    ],
+)
+def test_an_output_path_that_cannot_be_a_folder_is_a_usage_error(tmp_path, output, message):
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    out = subprocess.run(
+        [sys.executable, "-m", "ptxgen", "bundle", "all", "-o", output],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("ptxgen: error: ") and message in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_failure_to_write_is_exit_status_1(tmp_path, monkeypatch, capsys):
+    """Not the user's input: the disk, say. Exit status 1, and still one line."""
+
+    def full_disk(kernels, directory):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(bundle, "write_bundle", full_disk)
+    assert cli.main(["bundle", "all", "-o", str(tmp_path / "b")]) == 1
+    err = capsys.readouterr().err
+    assert err == f"ptxgen: error: cannot write the bundle to {tmp_path / 'b'}: No space left on device\n"
+
+
+def test_the_library_refuses_a_path_that_cannot_be_a_folder(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(
+        bundle.BundleError, match=re.escape("notes.txt/b cannot be a folder (Not a directory)")
+    ):
+        bundle.write_bundle([hand_written_kernel()], tmp_path / "notes.txt" / "b")
 
 
 def test_output_is_required():

@@ -1,8 +1,10 @@
 """examples/c: a C program that loads a kernel from a bundle and launches it through
 the driver API. Without a GPU: it compiles warning-free, its launch plan (grid and
 parameter bytes, from its own JSON reader and grid evaluator) equals ptxgen's, and
-malformed manifests are refused without a crash (under ASan and UBSan). On a GPU:
-it launches and checks every element."""
+malformed manifests are refused without a crash (under ASan and UBSan), and `make run`
+says in one line that it cannot launch, names --plan and exits 0, while any other
+failure still fails it. On a GPU: it launches and checks every element. The op mode
+(version-2 op bundles) is tested in test_op_bundle.py and test_gpu_op_bundle.py."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -200,6 +203,82 @@ def test_malformed_manifests_are_refused_without_a_crash(tmp_path, bundle):
         assert len(out.stderr.splitlines()) == 1 and out.stderr.startswith("channel_cat_example: "), (
             out.stderr
         )
+
+
+def make_run(build_dir: Path, *overrides: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    cc, make = toolchain_or_skip()
+    return subprocess.run(
+        [make, "-s", "-C", str(EXAMPLE), f"BUILD={build_dir}", f"CC={cc}", f"PYTHON={sys.executable}", *overrides, "run"],
+        capture_output=True, text=True, env={**os.environ, **(env or {})}, check=False,
+    )  # fmt: skip
+
+
+def test_make_run_without_a_gpu_says_so_in_one_line_and_exits_0(tmp_path):
+    # CUDA_VISIBLE_DEVICES= hides every GPU (cuInit: CUDA_ERROR_NO_DEVICE) where there is a
+    # driver; where there is none the driver does not load. Either way nothing can launch.
+    out = make_run(tmp_path, env={"CUDA_VISIBLE_DEVICES": ""})
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("make run: cannot launch on this machine ("), lines[0]
+    assert "CUDA_ERROR_NO_DEVICE" in lines[0] or "cannot load the CUDA driver" in lines[0], lines[0]
+    plan = f"{tmp_path}/channel_cat_example --plan {tmp_path}/bundle"
+    op_plan = f"{tmp_path}/channel_cat_example --plan --op all {tmp_path}/ops"
+    assert lines[0].endswith(f"); {plan} and {op_plan} print the launches it would make, without a GPU"), (
+        lines[0]
+    )
+    shown = subprocess.run(plan.split(), capture_output=True, text=True, check=False)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("plan channel_cat_backward__f32__128 ")
+    shown = subprocess.run(op_plan.split(), capture_output=True, text=True, check=False)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("op concat__bf16__64_64_64_64 rows=0 case=0 steps=0\n")
+
+
+@pytest.mark.parametrize(
+    "status, message, fails",
+    [
+        (0, "", False),
+        (1, "cuLaunchKernel(...) failed: CUDA_ERROR_ILLEGAL_ADDRESS (700): an illegal memory access", True),
+        (1, "cuInit(0) failed: CUDA_ERROR_INVALID_DEVICE (101): invalid device ordinal", True),
+        (1, "n_spatial 64, chunk_c 16 at offset 0: dx[0][3] differs from dy[0][3]", True),
+        (2, "manifest entry channel_cat_backward__f32__128: bad block", True),
+        (1, "cannot load the CUDA driver: libcuda.so.1: cannot open shared object file", False),
+        (1, "cuInit(0) failed: CUDA_ERROR_NO_DEVICE (100): no CUDA-capable device is detected", False),
+    ],
+)
+def test_make_run_fails_on_every_failure_but_no_gpu(tmp_path, status, message, fails):
+    fake = tmp_path / "fake_example"  # stands in for the program: says `message`, exits `status`
+    fake.write_text(
+        f'#!/bin/sh\necho "$*" >> {tmp_path}/calls\n'
+        + (f"echo 'channel_cat_example: {message}' >&2\n" if message else "")
+        + f"exit {status}\n"
+    )
+    fake.chmod(0o755)
+    out = make_run(tmp_path / "build", f"PROGRAM={fake}")
+    calls = (tmp_path / "calls").read_text().splitlines()
+    if fails:
+        assert out.returncode != 0 and message in out.stderr, out.stderr
+        assert "make run: cannot launch" not in out.stderr and len(calls) == 1
+    else:
+        assert out.returncode == 0, out.stderr
+        assert len(calls) == (1 if message else 5)  # no GPU: said once, not once per dtype and op run
+        assert ("make run: cannot launch on this machine" in out.stderr) is bool(message)
+
+
+@pytest.mark.gpu
+def test_make_run_launches_every_dtype_on_the_gpu(dev, tmp_path):
+    out = make_run(tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    # the seed kernel in four dtypes, then every op of examples/c/ops.json at its row counts
+    seed = [
+        line
+        for line in out.stdout.splitlines()
+        if line.startswith("channel_cat_example: ok: ") and " op " not in line
+    ]
+    assert len(seed) == 4, out.stdout
+    assert " op " in out.stdout, out.stdout
+    assert "make run: cannot launch" not in out.stderr
 
 
 @pytest.mark.gpu

@@ -89,15 +89,17 @@ def test_small_ops_copy_directly_and_larger_ones_through_tiles(op):
     launch over the window (its cost is latency); one row more and it takes tiles."""
     from ptxgen.kernels import fastcat as fc
 
-    sizes, pitch = [3, 5, 24], 32
+    sizes, pitch, h200 = [3, 5, 24], 32, DeviceTraits()
     rows = fc.SMALL_OP_BYTES // pitch
-    small = fc.choose(op, rows, sizes, 1)
+    small = fc.choose(op, rows, sizes, 1, traits=h200)
     assert [(launch.family, dict(launch.spec)["width"], launch.chunk_ids) for launch in small] == [
         ("rect", 1, (0, 1, 2))
     ]
-    assert [launch.family for launch in fc.choose(op, rows + 1, sizes, 1)] == ["tile"]
+    assert [launch.family for launch in fc.choose(op, rows + 1, sizes, 1, traits=h200)] == ["tile"]
     # a gather of one piece keeps its own rules whatever its size
-    assert [launch.family for launch in fc.choose("gather", 64, [40, 90, 40], 1, chunk=1)] == ["tile"]
+    assert [launch.family for launch in fc.choose("gather", 64, [40, 90, 40], 1, traits=h200, chunk=1)] == [
+        "tile"
+    ]
 
 
 def test_one_piece_goes_to_the_vector_variant():
@@ -139,11 +141,12 @@ def test_a_rowpack_gather_merges_the_neighbours_it_does_not_write():
 
     # twelve 1-byte pieces before a 4-byte one: rowpack takes at most 8 chunks, so the
     # pieces not written are one chunk of 12 bytes
-    (launch,) = choose("gather", 1000, [1] * 12 + [4], 1, chunk=12)
+    (launch,) = choose("gather", 1000, [1] * 12 + [4], 1, traits=DeviceTraits(), chunk=12)
     assert launch.family == "rowpack" and launch.chunk_ids == (12,)
     assert dict(launch.spec)["widths"] == (12, 4) and dict(launch.spec)["outputs"] == (1,)
-    assert launch.kernel("sm_90").arg_names == ("row_ptr", "rows", "chunk1_ptr")
-    (launch,) = choose("gather", 1000, [2, 0, 1, 1, 4, 0], 2, chunk=2)  # empty pieces drop
+    assert launch.kernel().arg_names == ("row_ptr", "rows", "chunk1_ptr")
+    # empty pieces drop
+    (launch,) = choose("gather", 1000, [2, 0, 1, 1, 4, 0], 2, traits=DeviceTraits(), chunk=2)
     assert dict(launch.spec)["widths"] == (4, 2, 10) and dict(launch.spec)["outputs"] == (1,)
 
 

@@ -23,6 +23,9 @@ from ptxgen.footprint import FootprintError
 from ptxgen.kernels import FastcatRect
 from ptxgen.kernels.fastcat import RECT_MAX_WINDOW, choose
 from ptxgen.kernels.fastcat_rect import rect_cols
+from runtime.plan import DeviceTraits
+
+H200 = DeviceTraits()  # the part the planner's rect shapes were measured on
 
 # (width, rows, chunk widths in vectors, columns before the window, extra chunk pitch in
 # vectors, row-side misalignment)
@@ -245,9 +248,9 @@ def _planned_shapes() -> set[tuple[int, int, int, int, int]]:
                 per = max(1, vectors // count) | 1  # odd: the accesses stay `width` wide
                 if count == 1:  # a gather of a narrow chunk, `width` bytes into each row
                     op = "gather" if width > 1 else "scatter"  # (byte-wide gathers go to vec)
-                    launches = choose(op, 7, [width, per * width, 3 * per * width], 1, chunk=1)
+                    launches = choose(op, 7, [width, per * width, 3 * per * width], 1, traits=H200, chunk=1)
                 elif width >= 8 and per * width * count < RECT_MAX_WINDOW:  # whole accesses, short rows
-                    launches = choose("split", 7, [per * width] * count, 1)
+                    launches = choose("split", 7, [per * width] * count, 1, traits=H200)
                 else:
                     continue
                 for launch in launches:

@@ -406,15 +406,35 @@ def test_without_the_extension_the_python_path_launches_alone(monkeypatch):
     monkeypatch.setattr(
         launch, "_fastlaunch_missing", "it was not compiled at install (no C compiler found?)"
     )
-    assert launch.compiled_launch_available().startswith("runtime._fastlaunch is not built")
+    assert launch.compiled_launch_available().startswith("runtime._fastlaunch is not available:")
     assert launch.compiled_ops({}) is None and launch.compiled_steps(0, (), lambda: None) is None
     binding = RecordingBinding(ArgumentLayout(K.arg_names, K.arg_types), compiled=True)
     fn = function_for(K, binding)
     assert not fn.launcher.compiled and fn.launch is fn.launcher.python_launch
     fn.launch(K.grid(8, 16), K.block, (0x10000, 0x90000, 16, 32, 16))
     assert [c.compiled for c in binding.calls] == [False]
-    with pytest.raises(ImportError, match=re.escape("no compiled launch: runtime._fastlaunch is not built")):
+    with pytest.raises(
+        ImportError, match=re.escape("no compiled launch: runtime._fastlaunch is not available:")
+    ):
         fn.make_launcher(binding, compiled=True)
+
+
+def test_a_build_of_another_source_is_not_used(monkeypatch):
+    """An extension left from an older _fastlaunch.c (say, an editable install whose C
+    file changed since) is refused at import, and the reason names both hashes."""
+
+    class Built:
+        SOURCE_SHA256 = "0" * 64
+
+    source = launch.fastlaunch_source_sha256()
+    assert source is not None and len(source) == 64
+    why = launch._stale_build(Built)
+    assert why.startswith("the build is stale, made from another runtime/_fastlaunch.c (build 000000000000")
+    assert f"source {source[:12]}" in why and "pip install -e ." in why
+    Built.SOURCE_SHA256 = source
+    assert launch._stale_build(Built) == ""
+    if launch._fastlaunch is not None:  # the build the suite runs is of this very source
+        assert source == launch._fastlaunch.SOURCE_SHA256
 
 
 # --- the ops' steps in C (runtime._fastlaunch.Steps) ----------------------------------

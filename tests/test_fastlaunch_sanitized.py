@@ -5,6 +5,7 @@ code stops the run with a report. Needs gcc with libasan and libubsan (else skip
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -37,10 +38,12 @@ def test_the_c_code_is_clean_under_address_and_undefined_behaviour_sanitizers(tm
     for part in ("conftest.py", "pyproject.toml"):
         shutil.copy(ROOT / part, tree / part)
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    source_sha256 = hashlib.sha256((ROOT / "runtime" / "_fastlaunch.c").read_bytes()).hexdigest()
     build = subprocess.run(
         [compiler, "-shared", "-fPIC", "-O1", "-g", "-fsanitize=address,undefined", "-fno-omit-frame-pointer",
          "-fno-sanitize-recover=undefined", "-std=c11", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter",
-         f"-I{sysconfig.get_paths()['include']}", str(ROOT / "runtime" / "_fastlaunch.c"),
+         f"-I{sysconfig.get_paths()['include']}", f"-DPTXGEN_FASTLAUNCH_SOURCE_SHA256=\"{source_sha256}\"",
+         str(ROOT / "runtime" / "_fastlaunch.c"),
          "-o", str(tree / "runtime" / f"_fastlaunch{suffix}")],
         capture_output=True, text=True, check=False,
     )  # fmt: skip

@@ -31,23 +31,10 @@ CASES = [
 
 # The fast kernels take keyword arguments only: (class, arguments), two or three a family.
 FASTCAT_CASES = [
-    (ptxgen.kernels.FastcatFlatCopy, {"target": "sm_90"}),
-    (
-        ptxgen.kernels.FastcatFlatCopy,
-        {"unroll": 2, "layout": "block", "load_hint": "L1::no_allocate", "target": "sm_75"},
-    ),
     (ptxgen.kernels.FastcatVec, {"direction": "backward", "width": 16, "target": "sm_90"}),
-    (
+    (  # what the planner launches for a byte-wide gather on sm_90
         ptxgen.kernels.FastcatVec,
-        {
-            "direction": "forward",
-            "width": 2,
-            "chunks": 3,
-            "layout": "grid",
-            "target": "sm_80",
-            "load_hint": "L2::256B",
-            "streaming_stores": True,
-        },
+        {"direction": "backward", "width": 1, "dependent_launch": True, "target": "sm_90"},
     ),
     (
         ptxgen.kernels.FastcatRect,

@@ -345,9 +345,9 @@ def test_int_pointers_checked_by_the_driver_when_asked(dev):
     bits = random_bits(rng, (N, C_TOTAL), "f32")
     dy = dev.to_device(bits, dtype="f32")
     dx = dev.empty((N, CHUNK), "f32").fill_bytes(0xA5)
-    freed = dev.empty((N, CHUNK), "f32")
-    freed_ptr = freed.ptr
-    freed.close()
+    # plain driver memory, freed: a DeviceArray's freed memory stays mapped in its pool
+    freed_ptr = int(runtime.check("cuMemAlloc", drv.cuMemAlloc(N * CHUNK * 4)))
+    runtime.check("cuMemFree", drv.cuMemFree(freed_ptr))
 
     def end_of(array) -> int:  # where the driver says the allocation ends (it may round up)
         base, size = runtime.check("cuMemGetAddressRange", drv.cuMemGetAddressRange(array.ptr))

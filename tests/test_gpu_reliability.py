@@ -271,6 +271,7 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+@pytest.mark.whole_device
 def test_load_unload_cycles_and_launches_leak_nothing(dev, record_property):
     """Three batches each of 4,000 load/unload cycles and of 400,000 launches.
 

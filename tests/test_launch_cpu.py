@@ -295,7 +295,7 @@ def test_a_failed_launch_activates_the_context_and_retries_once():
     binding = FlakyBinding(ArgumentLayout(K.arg_names, K.arg_types), failures=1)
     fn = function_for(K, binding)
     activated = []
-    fn.device._activate = lambda: activated.append(1)
+    fn.device.context.activate = lambda: activated.append(1)
     fn.launch(1, 128, (0x10, 0x20, 1, 4, 3))
     assert activated == [1] and len(binding.calls) == 2
     assert binding.calls[0].slots == binding.calls[1].slots  # the same values, packed once
@@ -304,7 +304,7 @@ def test_a_failed_launch_activates_the_context_and_retries_once():
 def test_a_launch_that_fails_twice_raises():
     binding = FlakyBinding(ArgumentLayout(K.arg_names, K.arg_types), failures=2)
     fn = function_for(K, binding)
-    fn.device._activate = lambda: None
+    fn.device.context.activate = lambda: None
     with pytest.raises(CudaError):  # CudaUnavailable where no driver can name the error
         fn.launch(1, 128, (0x10, 0x20, 1, 4, 3))
     assert len(binding.calls) == 2
@@ -406,7 +406,7 @@ def test_a_failed_ex_launch_is_retried_plainly():
 
     binding = FailingEx(ArgumentLayout(K.arg_names, K.arg_types), ex=True, compiled=False)
     fn = function_for(K, binding)
-    fn.device._activate = lambda: None
+    fn.device.context.activate = lambda: None
     prepared = fn.prepare(2, 128)
     prepared(0x10, 0x20, 1, 4, 3)
     assert [c.via for c in binding.calls] == ["cuLaunchKernelEx", "cuLaunchKernel"]

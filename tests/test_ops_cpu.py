@@ -71,7 +71,8 @@ BACKWARD_CASES = [
     ((np.zeros((4, 10)), [4, 6]), {}, TypeError, "dy: ndarray lives in host (CPU) memory"),
     ((None, [4, 6]), {}, TypeError, "dy must be a device array (runtime.DeviceArray, or an object with __cuda_array_interface__"),
     (([1, 2], [1, 1]), {}, TypeError, "not list"),
-    ((FakeArray((4, 10), strides=(4, 16)), [4, 6]), {}, ValueError, "dy is not contiguous"),
+    ((FakeArray((4, 10), strides=(48, 4)), [4, 6]), {}, ValueError, "dy is not dense (shape (4, 10), strides (12, 1)): the ops take row-major arrays and dense ones in another memory order (channels_last), not yet pitched rows or general strides"),
+    ((FakeArray((4, 10), strides=(4, 16)), [4, 6]), {}, ValueError, "dy is memory order (1, 0), and its results would be runtime.DeviceArrays, which are row-major; pass out= arrays in its memory order"),
     ((FakeArray((4, 10), ptr=0x7F00_0000_0002), [4, 6]), {}, ValueError, "dy starts at address 0x7f0000000002, not a multiple of its element size (4 bytes for f32)"),
     ((DY, [4, 6]), {"out": FakeArray((4, 4, 3))}, TypeError, "out must be a list or tuple of arrays, not FakeArray"),
     ((DY, [4, 6]), {"out": [FakeArray((4, 4, 3), ptr=1 << 44)]}, ValueError, "out has 1 arrays for 2 sizes; give one per size"),
@@ -326,6 +327,7 @@ class EmulatedDevice:
         self.pool = np.zeros(1 << 20, np.uint8)
         self.used = 0
         self.loads, self.launches, self.allocations = [], [], []
+        self.empty_streams = []  # the stream each result the ops made was allocated on
 
     def alloc(self, nbytes):
         ptr = self.BASE + self.used
@@ -350,7 +352,8 @@ class EmulatedDevice:
     def read(self, a, np_dtype):
         return self.view(a.ptr, a.nbytes).view(np_dtype).reshape(a.shape)
 
-    def empty(self, shape, dtype):
+    def empty(self, shape, dtype, *, stream=None):
+        self.empty_streams.append(stream)
         return self.array(shape, ptxgen.resolve_dtype(dtype).name)
 
     def load(self, kernel):
@@ -419,6 +422,67 @@ def test_the_ops_split_and_join_like_numpy(emulated, shape, sizes, dim):
     for got, w in zip(out, want):
         assert np.array_equal(emulated.read(got, np.int16), w)
     assert all(stream == 7 for *_, stream in emulated.launches[before:])
+
+
+def test_results_the_caller_did_not_pass_are_made_on_the_ops_stream(emulated):
+    """Without out=, each result is allocated on the stream the op runs on (so the pool
+    orders its memory after the op's writes), after every check and before the launch."""
+    data = np.arange(6 * 10, dtype=np.float32).reshape(6, 10)
+    dy = emulated.array((6, 10), "f32", data)
+    emulated.empty_streams.clear()
+    a, b = runtime.channel_cat_backward(dy, [3, 7], stream=7)
+    y = runtime.channel_cat_forward([a, b], stream=9)
+    assert emulated.empty_streams == [7, 7, 9]
+    assert np.array_equal(emulated.read(y, np.float32), data)
+    with pytest.raises(ValueError, match="sizes"):
+        runtime.channel_cat_backward(dy, [3, 8], stream=7)
+    assert emulated.empty_streams == [7, 7, 9]  # a refused call allocates nothing
+
+
+def _channels_last(emulated, shape, dtype, data=None):
+    """A dense (N, C, H, W) array in channels_last order, as CAI shows it (byte strides);
+    ``data`` in logical order."""
+    n, c, h, w = shape
+    a = emulated.array(
+        (n, h, w, c), dtype, None if data is None else np.ascontiguousarray(data.transpose(0, 2, 3, 1))
+    )
+    isz = a.itemsize
+    return FakeArray(shape, dtype, ptr=a.ptr, strides=(h * w * c * isz, isz, w * c * isz, c * isz))
+
+
+def _logical(emulated, a, np_dtype):
+    """A channels_last FakeArray's elements in logical (N, C, H, W) order."""
+    n, c, h, w = a.shape
+    return emulated.view(a.ptr, a.nbytes).view(np_dtype).reshape(n, h, w, c).transpose(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize("sizes", [(3, 5), (1, 6, 1), (7,)])
+def test_channels_last_arrays_split_and_join_as_the_rows_their_memory_holds(emulated, sizes):
+    """A channels_last (N, C, H, W) array is N·H·W rows of C in memory: split along C into
+    out= arrays in the same order, and joined back, every element where it belongs; the
+    plan is the row-major one of (N·H·W, C)."""
+    rng = np.random.default_rng()
+    shape = (2, sum(sizes), 3, 5)
+    data = rng.integers(-(2**15), 2**15, shape, dtype=np.int16)
+    dy = _channels_last(emulated, shape, "i16", data)
+    outs = [_channels_last(emulated, (2, s, 3, 5), "i16") for s in sizes]
+    result = runtime.channel_cat_backward(dy, sizes, 1, out=outs)
+    assert all(r is o for r, o in zip(result, outs))
+    for got, want in zip(outs, np.split(data, np.cumsum(sizes)[:-1], axis=1)):
+        assert np.array_equal(_logical(emulated, got, np.int16), want)
+    y = _channels_last(emulated, shape, "i16")
+    assert runtime.channel_cat_forward(outs, 1, out=y) is y
+    assert np.array_equal(_logical(emulated, y, np.int16), data)
+    rows = ops.plan_for("backward", "i16", 2 * 3 * 5, sizes)
+    assert emulated.launches[-1][1] == rows.steps[-1].grid  # the (rows, C) plan ran
+    row_major = emulated.array((2, sum(sizes), 3, 5), "i16")
+    with pytest.raises(
+        ValueError,
+        match=r"out\[0\] is row-major and dy is channels_last \(memory order \(0, 2, 3, 1\)\); give every array in one memory order",
+    ):
+        runtime.channel_cat_backward(dy, [shape[1]], 1, out=[row_major])
+    with pytest.raises(ValueError, match=r"dy is channels_last .*its results would be runtime.DeviceArrays"):
+        runtime.channel_cat_backward(dy, sizes, 1)
 
 
 def test_a_shape_is_planned_once_and_replanned_for_new_alignments(emulated, monkeypatch):
@@ -894,3 +958,16 @@ def test_an_error_in_a_compiled_step_comes_out_of_the_op(emulated, monkeypatch, 
         fn.launcher.close()
     with pytest.raises(ValueError, match="module is closed"):
         ops._quick_c.split(dy, [3, 7], 1, out, None)
+
+
+def test_an_extent_of_1_does_not_decide_the_memory_order(emulated):
+    """(2, 3, 4, 1) in channels_last strides is dense in two orders; joined along W with a
+    (2, 3, 4, 5) channels_last array, the order both fit is taken, whichever comes first."""
+    rng = np.random.default_rng()
+    a_data = rng.integers(-(2**15), 2**15, (2, 3, 4, 1), dtype=np.int16)
+    b_data = rng.integers(-(2**15), 2**15, (2, 3, 4, 5), dtype=np.int16)
+    for first, second in ((a_data, b_data), (b_data, a_data)):
+        xs = [_channels_last(emulated, d.shape, "i16", d) for d in (first, second)]
+        y = _channels_last(emulated, (2, 3, 4, 6), "i16")
+        assert runtime.channel_cat_forward(xs, 3, out=y) is y
+        assert np.array_equal(_logical(emulated, y, np.int16), np.concatenate([first, second], axis=3))

@@ -70,11 +70,19 @@ def test_error_classes_carry_what_failed():
 # --- argument checking and packing, on a Function built without a driver -----------
 
 
+class FakeContext:
+    def activate(self):
+        pass
+
+
 class FakeDevice:
     ordinal = 0
     max_grid = (2**31 - 1, 65535, 65535)
     max_block = (1024, 1024, 64)
     max_shared_memory_per_block = 227 * 1024
+
+    def __init__(self):
+        self.context = FakeContext()
 
 
 def function_for(kernel, binding=None) -> Function:
@@ -278,9 +286,12 @@ def test_order_after_waits_by_event_on_known_streams_and_by_the_device_otherwise
             calls.append("destroy")
             return (0,)
 
-    class Device:
-        def _activate(self):
+    class Context:
+        def activate(self):
             pass
+
+    class Device:
+        context = Context()
 
     monkeypatch.setattr(streams, "driver", FakeDriver)
     dev = Device()

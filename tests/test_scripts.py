@@ -110,9 +110,13 @@ def test_tree_hash_covers_the_code(tmp_path):
     import gpu_check
 
     folders = ("examples", "ptxgen", "runtime", "scripts", "tests")
+    files = ("conftest.py", "pyproject.toml", "setup.py", "docs/design.md")
     for folder in folders:
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "a.py").write_text("x = 1\n")
+    (tmp_path / "docs").mkdir()
+    for name in files:
+        (tmp_path / name).write_text("x = 1\n")
     before = gpu_check.tree_hash(tmp_path)
     (tmp_path / "runtime" / "__pycache__").mkdir()
     (tmp_path / "runtime" / "__pycache__" / "a.pyc").write_bytes(b"cache")
@@ -120,29 +124,102 @@ def test_tree_hash_covers_the_code(tmp_path):
     (tmp_path / "examples" / "build" / "program").write_bytes(b"built")
     (tmp_path / "runtime" / "_fastlaunch.cpython-312-x86_64-linux-gnu.so").write_bytes(b"built")
     assert gpu_check.tree_hash(tmp_path) == before  # caches and build outputs do not count
-    (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "gpu-check.json").write_text("{}")
     assert gpu_check.tree_hash(tmp_path) == before  # nor does the record itself
-    for folder in folders:  # everything the GPU suite runs does
-        (tmp_path / folder / "a.py").write_text(f"x = {folder!r}\n")
+    (tmp_path / "lab").mkdir()
+    (tmp_path / "lab" / "study.py").write_text("x = 1\n")
+    assert gpu_check.tree_hash(tmp_path) == before  # nor the studies in lab/
+    for part in (*(f"{folder}/a.py" for folder in folders), *files):  # everything that decides a run does
+        (tmp_path / part).write_text(f"x = {part!r}\n")
         after = gpu_check.tree_hash(tmp_path)
-        assert after != before
+        assert after != before, part
         before = after
 
 
-def test_the_committed_record_is_for_this_tree():
-    """docs/gpu-check.json must record a passing GPU run of exactly this code: run
+def test_the_committed_record_is_a_complete_passing_run_of_this_tree():
+    """docs/gpu-check.json must record a complete, passing GPU run of exactly this code,
+    through a compiled launch built from this tree's C source: run
     ``python scripts/gpu_check.py`` on a GPU machine after the last change."""
     sys.path.insert(0, str(ROOT / "scripts"))
     import gpu_check
 
     record = json.loads((ROOT / "docs" / "gpu-check.json").read_text())
-    for key in ("tree", "passed", "failed", "skipped", "gpu", "driver", "cuda_bindings", "date"):
-        assert key in record
+    for key in (
+        "tree",
+        "command",
+        "gpu",
+        "driver",
+        "date",
+        "pytest_command",
+        "pytest_exit_status",
+        "partial",
+        "passed",
+        "failed",
+        "skipped",
+        "per_file",
+        "compiled_launch",
+        "cuda_bindings",
+        "status",
+    ):
+        assert key in record, key
+    assert record["status"] == gpu_check.status_of(record) == "passed", (
+        f"docs/gpu-check.json records a {gpu_check.status_of(record)} run: only a complete run that "
+        "exited 0 with no failure attests the suite"
+    )
     assert record["passed"] > 0 and record["failed"] == 0 and record["gpu"]
+    assert record["pytest_command"] == " ".join(
+        ["python", "-m", "pytest", *gpu_check.SUITE, "-o", "junit_family=xunit1"]
+    )
+    assert sum(c["passed"] for c in record["per_file"].values()) == record["passed"]
     assert record["tree"] == gpu_check.tree_hash(), (
         "docs/gpu-check.json was recorded on other code; rerun python scripts/gpu_check.py on a GPU"
     )
+    compiled = record["compiled_launch"]
+    assert compiled["missing"] == "" and compiled["binary_sha256"], (
+        "the suite ran without the compiled launch"
+    )
+    assert (
+        compiled["source_sha256"]
+        == compiled["tree_source_sha256"]
+        == runtime.launch.fastlaunch_source_sha256()
+    )
+
+
+def _record(**changes):
+    base = {"pytest_exit_status": 0, "failed": 0, "partial": False, "passed": 10}
+    return {**base, **changes}
+
+
+def test_a_record_attests_only_a_complete_clean_run():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gpu_check
+
+    assert gpu_check.status_of(_record()) == "passed"
+    assert gpu_check.status_of(_record(pytest_exit_status=1)) == "failed"  # e.g. an error at collection
+    assert gpu_check.status_of(_record(failed=2)) == "failed"
+    assert gpu_check.status_of(_record(partial=True)) == "partial"  # -k or a path: a subset
+    assert gpu_check.status_of(_record(passed=0)) == "partial"
+
+
+def test_junit_counts_per_file(tmp_path):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gpu_check
+
+    report = tmp_path / "junit.xml"
+    report.write_text(
+        '<testsuites><testsuite tests="4">'
+        '<testcase classname="tests.test_a" name="t1" file="tests/test_a.py"/>'
+        '<testcase classname="tests.test_a" name="t2" file="tests/test_a.py"><failure message="x"/></testcase>'
+        '<testcase classname="tests.test_b" name="t3" file="tests/test_b.py"><skipped message="y"/></testcase>'
+        '<testcase classname="tests.test_b" name="t4" file="tests/test_b.py"><properties>'
+        '<property name="threads" value="16"/></properties></testcase>'
+        "</testsuite></testsuites>"
+    )
+    totals, per_file, figures = gpu_check.junit_counts(report)
+    assert totals == {"passed": 2, "failed": 1, "skipped": 1}
+    assert per_file == {"tests/test_a.py": {"passed": 1, "failed": 1, "skipped": 0},
+                        "tests/test_b.py": {"passed": 1, "failed": 0, "skipped": 1}}  # fmt: skip
+    assert figures == {"tests/test_b.py::t4": {"threads": "16"}}
 
 
 def test_gpu_check_refuses_to_write_a_record_without_a_gpu(tmp_path, monkeypatch, capsys):
@@ -210,3 +287,16 @@ def test_launch_benchmark_tables_its_record():
     assert (
         "| graph replay ≤ 1.2 µs per launch (wall), seed kernel | 1.30 µs | no |" in table
     )  # still the target
+
+
+def test_the_runtimes_switches_make_a_run_partial(monkeypatch):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gpu_check
+
+    for name in [k for k in os.environ if k.startswith("PTXGEN_") or k == "PYTEST_ADDOPTS"]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("PTXGEN_PTXAS", "/opt/ptxas")  # where a tool is found changes nothing
+    assert gpu_check._switches() == {}
+    monkeypatch.setenv("PTXGEN_COMPILED_LAUNCH", "0")
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-k ops")
+    assert gpu_check._switches() == {"PTXGEN_COMPILED_LAUNCH": "0", "PYTEST_ADDOPTS": "-k ops"}

@@ -6,6 +6,8 @@ decide the outcome."""
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -17,10 +19,10 @@ from conftest import ROOT
 from ptxgen import toolchain
 
 
-def fake_tool(folder: Path, name: str = "ptxas", executable: bool = True) -> Path:
+def fake_tool(folder: Path, name: str = "ptxas", executable: bool = True, script: str = "echo fake") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
-    path.write_text("#!/bin/sh\necho fake\n")
+    path.write_text(f"#!/bin/sh\n{script}\n")
     mode = stat.S_IRUSR | stat.S_IWUSR | (stat.S_IXUSR if executable else 0)
     path.chmod(mode)
     return path
@@ -120,7 +122,9 @@ def test_a_tool_that_cannot_start_is_one_error(clean, monkeypatch):
     broken.write_bytes(b"\x7fELF not really")  # executable bit, but no valid program
     broken.chmod(0o755)
     monkeypatch.setenv("PTXGEN_PTXAS", str(broken))
-    with pytest.raises(toolchain.ToolNotFound, match=r"ptxas could not be run: Exec format error"):
+    with pytest.raises(
+        toolchain.ToolFailed, match=r"ptxas could not be run: .*ptxas \(PTXGEN_PTXAS\): Exec format error"
+    ):
         toolchain.assemble(".version 6.3\n", "sm_75")
 
 
@@ -137,3 +141,133 @@ def test_cli_check_with_an_unusable_ptxas_is_one_line(tmp_path, executable):
     assert out.returncode == 1
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert str(tool) in out.stderr
+
+
+def test_each_step_says_where_it_found_the_tool(clean, monkeypatch):
+    on_path = fake_tool(clean / "on-path")
+    monkeypatch.setenv("PATH", str(on_path.parent))
+    assert toolchain.locate_tool("ptxas") == toolchain.ToolLocation("ptxas", on_path, "PATH")
+    default = fake_tool(clean / "no-default-toolkit" / "bin")
+    assert toolchain.locate_tool("ptxas").source == str(default.parent)
+    monkeypatch.setenv("CUDA_PATH", str(fake_tool(clean / "cuda-path" / "bin").parent.parent))
+    assert toolchain.locate_tool("ptxas").source == "$CUDA_PATH/bin"
+    monkeypatch.setenv("CUDA_HOME", str(fake_tool(clean / "cuda-home" / "bin").parent.parent))
+    assert toolchain.locate_tool("ptxas").source == "$CUDA_HOME/bin"
+    wheel = fake_tool(clean / "wheel" / "bin")
+    monkeypatch.setattr(toolchain, "_from_wheel", lambda name: wheel)
+    assert toolchain.locate_tool("ptxas").source == "NVIDIA's nvidia-cuda-nvcc wheel"
+    assert toolchain.locate_tool("nvdisasm").source == "NVIDIA's nvidia-cuda-nvdisasm wheel"
+    monkeypatch.setenv("PTXGEN_PTXAS", str(fake_tool(clean / "mine")))
+    found = toolchain.locate_tool("ptxas")
+    assert found.source == "PTXGEN_PTXAS" and str(found) == f"{clean / 'mine' / 'ptxas'} (PTXGEN_PTXAS)"
+    assert toolchain.find_tool("ptxas") == found.path
+
+
+def test_the_search_places_are_the_ones_the_error_names(clean):
+    places = toolchain.search_places("nvdisasm")
+    assert places[0] == "PTXGEN_NVDISASM" and places[-1] == "PATH"
+    with pytest.raises(toolchain.ToolNotFound) as info:
+        toolchain.find_tool("nvdisasm")
+    assert ", ".join(places) in str(info.value)
+    with pytest.raises(ValueError, match="unknown tool 'nvcc'; known: ptxas, nvdisasm"):
+        toolchain.search_places("nvcc")
+
+
+# --- a ptxas that does not work is not a ptxas that refused the PTX ------------------
+
+PTX = ".version 6.3\n.target sm_75\n.address_size 64\n"
+
+
+@pytest.mark.parametrize(
+    "script, how",
+    [
+        ("exit 1", r"exited with status 1 without a ptxas error message and printed nothing"),
+        (
+            "echo 'libfoo.so: cannot open shared object file' >&2; exit 127",
+            r"exited with status 127 without a ptxas error message; it printed:\n  libfoo.so: cannot open",
+        ),
+        ("echo dying; kill -SEGV $$", r"was killed by signal 11 \(SIGSEGV\); it printed:\n  dying"),
+        ("echo fake", r"exited with status 0 but wrote no cubin; it printed:\n  fake"),
+    ],
+)
+def test_a_ptxas_that_does_not_work_is_a_tool_failure_naming_it(clean, monkeypatch, script, how):
+    tool = fake_tool(clean / "mine", script=script)
+    monkeypatch.setenv("PTXGEN_PTXAS", str(tool))
+    with pytest.raises(toolchain.ToolFailed) as info:
+        toolchain.assemble(PTX, "sm_75")
+    assert not isinstance(info.value, toolchain.PtxasError)
+    assert isinstance(info.value, toolchain.ToolNotFound)  # what callers that skip already catch
+    assert str(info.value).startswith(f"ptxas could not be run: {tool} (PTXGEN_PTXAS) ")
+    assert re.search(how, str(info.value)), str(info.value)
+
+
+def test_a_failure_ptxas_explains_is_still_a_refusal(clean, monkeypatch):
+    said = "ptxas kernel.ptx, line 3; error   : Unknown symbol 'x'"
+    monkeypatch.setenv("PTXGEN_PTXAS", str(fake_tool(clean / "mine", script=f'echo "{said}"; exit 255')))
+    with pytest.raises(toolchain.PtxasError, match="ptxas rejected the PTX for sm_75") as info:
+        toolchain.assemble(PTX, "sm_75")
+    assert said in info.value.log
+
+
+def test_the_real_ptxas_refusing_bad_ptx_is_a_refusal():
+    with pytest.raises(toolchain.PtxasError) as info:
+        toolchain.assemble(PTX + ".visible .entry f() { bogus; ret; }\n", "sm_75")
+    assert "Not a name of any known instruction: 'bogus'" in info.value.log
+
+
+def test_a_tool_that_prints_a_lot_is_cut_to_its_last_lines(clean, monkeypatch):
+    monkeypatch.setenv(
+        "PTXGEN_PTXAS",
+        str(
+            fake_tool(
+                clean / "mine", script="i=0; while [ $i -lt 100 ]; do i=$((i + 1)); echo $i; done; exit 3"
+            )
+        ),
+    )
+    with pytest.raises(toolchain.ToolFailed) as info:
+        toolchain.assemble(PTX, "sm_75")
+    lines = str(info.value).splitlines()
+    assert "(its last 20 lines)" in lines[0] and lines[1:] == [f"  {n}" for n in range(81, 101)]
+
+
+# --- tool_version --------------------------------------------------------------------
+
+
+def test_the_version_of_the_installed_tools():
+    for name in ("ptxas", "nvdisasm"):
+        assert re.fullmatch(r"\d+\.\d+\.\d+", toolchain.tool_version(toolchain.locate_tool(name)))
+
+
+def test_a_version_in_another_format_is_its_first_line(clean):
+    tool = toolchain.ToolLocation("ptxas", fake_tool(clean / "mine", script="echo; echo my ptxas 1"), "test")
+    assert toolchain.tool_version(tool) == "my ptxas 1"
+
+
+@pytest.mark.parametrize(
+    "script, how",
+    [
+        ("echo broken >&2; exit 1", "exited with status 1 when asked for --version; it printed:\n  broken"),
+        (f"exec {shutil.which('sleep')} 5", "did not finish within 0.5 s"),  # the tests' PATH is empty
+    ],
+)
+def test_a_tool_that_does_not_answer_version_is_a_tool_failure(clean, script, how):
+    tool = toolchain.ToolLocation("nvdisasm", fake_tool(clean / "mine", "nvdisasm", script=script), "test")
+    with pytest.raises(toolchain.ToolFailed) as info:
+        toolchain.tool_version(tool, timeout=0.5)
+    assert str(info.value) == f"nvdisasm could not be run: {tool.path} (test) {how}"
+
+
+@pytest.mark.parametrize(
+    "script",
+    ["exit 1", "echo 'not what ptxas says'; exit 2", "kill -SEGV $$", "echo fake"],
+)
+def test_cli_check_tells_a_broken_ptxas_from_a_refusal(tmp_path, script):
+    tool = fake_tool(tmp_path / "mine", script=script)
+    env = {**os.environ, "PTXGEN_PTXAS": str(tool)}
+    out = subprocess.run(
+        [sys.executable, "-m", "ptxgen", "channel_cat_backward", "--check", "-o", str(tmp_path / "k.ptx")],
+        cwd=ROOT, env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.startswith(f"ptxgen: error: ptxas could not be run: {tool} (PTXGEN_PTXAS) ")
+    assert "rejected" not in out.stderr

@@ -1,8 +1,10 @@
 """docs/tutorial.md says what the tools do: its SASS listing is nvdisasm's complete
-output today, and its note on 8-bit registers is what ptxas accepts."""
+output today, and its note on 8-bit registers is what ptxas accepts. Every file it
+names exists."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -19,6 +21,19 @@ def test_the_sass_listing_is_the_tools_current_output():
     if out.returncode == 2:
         pytest.skip(out.stderr.strip())  # another ptxas version makes other SASS
     assert out.returncode == 0, out.stderr
+
+
+def test_every_path_the_tutorial_names_exists():
+    text = (ROOT / "docs" / "tutorial.md").read_text()
+    named = set(re.findall(r"(?<![\w./-])(?:ptxgen|runtime|docs|scripts|tests|examples)/[\w./-]*\w", text))
+    linked = {
+        f"docs/{target}"
+        for target in re.findall(r"\]\(([^)#]+)", text)
+        if not re.match(r"[a-z]+:", target)  # links are relative to docs/
+    }
+    assert "ptxgen/kernels/channel_cat.py" in named  # the pattern finds what it should
+    missing = sorted(path for path in named | linked if not (ROOT / path).exists())
+    assert not missing, f"docs/tutorial.md names files that do not exist: {missing}"
 
 
 BYTE_COPY = """\

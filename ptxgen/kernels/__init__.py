@@ -1,16 +1,16 @@
-"""The kernels ptxgen ships, one module per family."""
+"""The kernels ptxgen ships, one module per family; ``fastcat`` is the rule that plans the
+fast ones (``choose``, for a device's ``GpuTraits``)."""
 
 from .channel_cat import BLOCK_SIZES, ChannelCatBackward, ChannelCatForward, check_block_size
 from .fastcat_rect import FastcatRect
 from .fastcat_rowpack import FastcatRowpack, rowpack_rows
 from .fastcat_tile import FastcatTile
-from .fastcat_vec import FastcatFlatCopy, FastcatVec
+from .fastcat_vec import FastcatVec
 
 __all__ = [
     "BLOCK_SIZES",
     "ChannelCatBackward",
     "ChannelCatForward",
-    "FastcatFlatCopy",
     "FastcatRect",
     "FastcatRowpack",
     "FastcatTile",

@@ -1,10 +1,13 @@
 """Which fast kernel moves a channel-concat op, with which parameters: the selection rule.
 
-The fast kernels move *bytes* (``fastcat_vec``, ``fastcat_tile``, ``fastcat_rowpack``);
-this module decides, from the shape, the element size, the pointers' alignments and the
-device, which of them run and with what arguments. The rule comes from measurements
-on an H200 (``docs/perf/kernels.md``); it depends only on quantities a caller knows
-before launching, so it also serves runtimes without Python (``choose`` is pure).
+The fast kernels move *bytes* (``fastcat_rect``, ``fastcat_tile``, ``fastcat_rowpack``,
+``fastcat_vec``); this module decides, from the shape, the element size, the pointers'
+alignments and the device's traits (:class:`GpuTraits`: its SM version, SM count,
+resident threads, shared memory, L2 and grid limits), which of them run, built for which
+target, with what grids and arguments. The rule comes from measurements on an H200
+(``docs/perf/kernels.md``); what depends on the part (how many CTAs fill it) is read from
+the traits, never assumed, and it depends only on quantities a caller knows before
+launching, so it also serves runtimes without Python (``choose`` is pure).
 
 Terms: the **row side** is ``rows`` rows of ``pitch`` bytes (``dy`` of a split, ``y`` of
 a concat); chunk ``k`` is ``rows`` rows of ``width_k`` bytes, packed, at byte ``off_k``
@@ -14,11 +17,12 @@ of each row. A split or concat moves every chunk (one launch per group of at mos
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ..targets import resolve_target, target_capability
-from .fastcat_common import MAX_CHUNKS, WIDTHS
+from ..targets import TARGETS, target_capability, target_sm
+from .fastcat_common import MAX_CHUNKS, WIDTHS, dependent_launch_supported
 
 __all__ = [
     "MAX_CHUNKS",
@@ -27,9 +31,11 @@ __all__ = [
     "RECT_MAX_WINDOW",
     "SMALL_OP_BYTES",
     "WIDTHS",
+    "GpuTraits",
     "Launch",
     "access_width",
     "choose",
+    "newest_target",
 ]
 
 OPS = ("gather", "scatter", "split", "concat")
@@ -40,12 +46,79 @@ RECT_GRANULE = 8
 # rows ran faster as flat tiles (H200, docs/perf/kernels.md: tiles at 96-99% of the copy
 # ceiling, rect at 87-96%, on 16,384 x (8,192+16,384) and 128 x (401,408+401,408)).
 RECT_MAX_WINDOW = 8192
-# Tile launches of fewer 16 KB tiles than this (one per SM of an H200) take 2 KB tiles.
-SMALL_OP_TILES = 132
 # Splits and concats of at most this many bytes a side copy directly (rect) at any granule:
 # what they cost is latency, and a tile's trip through shared memory is latency.
 SMALL_OP_BYTES = 1 << 20
 DIRECTION = {"gather": "backward", "split": "backward", "scatter": "forward", "concat": "forward"}
+# Threads of the CTAs a byte-wide gather (vec) launches; its grid is VEC_GATHER_WAVES full
+# waves of them on the device at hand (GpuTraits.resident_ctas).
+VEC_GATHER_BLOCK = 256
+VEC_GATHER_WAVES = 2
+
+
+@dataclass(frozen=True)
+class GpuTraits:
+    """What the rule knows of the GPU it plans for, and all it assumes of it.
+
+    ``arch`` is the device's SM version (``"sm_90"``): kernels are built for the newest
+    target of ptxgen's table it runs (:attr:`target`), with programmatic dependent launch
+    where that target has it and ``dependent_launch`` asks for it. ``sm_count`` and
+    ``max_threads_per_sm`` say how many CTAs fill the part (the 2 KB small-op tiles, the
+    byte-wide gather's waves); the grid limits cap every launch (the kernels stride over
+    their grid, so a capped grid still does all the work). The shared-memory and L2 sizes
+    are the part's own, for rules that weigh them: none of today's does (every kernel's
+    static shared memory fits the 48 KB any part gives a CTA, and no rule sizes work to the
+    L2). ``runtime.plan.DeviceTraits.of`` reads all of these from a device; a test makes
+    them up to plan for parts it does not have.
+    """
+
+    arch: str
+    sm_count: int
+    max_threads_per_sm: int
+    l2_bytes: int
+    max_shared_memory_per_sm: int
+    max_shared_memory_per_block: int  # the opt-in maximum of one CTA
+    max_grid_x: int = 2**31 - 1  # CUDA's limits on every part since sm_30
+    max_grid_y: int = 65535
+    dependent_launch: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.arch, str):
+            raise ValueError(f"arch must be an SM version such as 'sm_90', got {self.arch!r}")
+        target_capability(self.arch)  # readable as one, or a ValueError
+        for what in (
+            "sm_count", "max_threads_per_sm", "l2_bytes", "max_shared_memory_per_sm",
+            "max_shared_memory_per_block", "max_grid_x", "max_grid_y",
+        ):  # fmt: skip
+            value = getattr(self, what)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{what} must be an int >= 1, got {value!r}")
+        if not isinstance(self.dependent_launch, bool):
+            raise ValueError(f"dependent_launch must be True or False, got {self.dependent_launch!r}")
+
+    @property
+    def target(self) -> str:
+        """The target the fast kernels are built for: :func:`newest_target` of ``arch``."""
+        return newest_target(self.arch)
+
+    @property
+    def builds_dependent_launch(self) -> bool:
+        """Whether the fast kernels are built for programmatic dependent launch."""
+        return self.dependent_launch and dependent_launch_supported(self.target)
+
+    def resident_ctas(self, block: int) -> int:
+        """One full wave: CTAs of ``block`` threads that the whole part holds at once (as
+        its threads allow; a kernel's registers may allow fewer)."""
+        return self.sm_count * max(1, self.max_threads_per_sm // block)
+
+
+def newest_target(arch: str) -> str:
+    """The newest target of ptxgen's table that a device of SM version ``arch`` runs (sm_90
+    on an H200, sm_86 on an RTX 3090, sm_100 on a part newer than the table knows; sm_75,
+    the oldest, below it): the rule picks cp.async and dependent launch by it."""
+    have = target_sm(arch)
+    fitting = [t for t in TARGETS if target_sm(t) <= have]
+    return max(fitting, key=target_sm) if fitting else "sm_75"
 
 
 def access_width(row_mod16: int, pitch: int, off: int, width: int, chunk_mod16: int) -> int:
@@ -61,7 +134,8 @@ def access_width(row_mod16: int, pitch: int, off: int, width: int, chunk_mod16: 
 @dataclass(frozen=True)
 class Launch:
     """One launch of a plan: the kernel family and its constructor arguments, the chunks
-    of the op it moves, its grid (x, and y for rect) and why it was chosen."""
+    of the op it moves, its grid (x, and y for rect; within the device's limits), why it
+    was chosen, and the target and dependent launch :func:`choose` builds it for."""
 
     family: str  # "rect", "vec", "tile" or "rowpack"
     spec: tuple[tuple[str, object], ...]  # the kernel class's keyword arguments
@@ -69,18 +143,25 @@ class Launch:
     grid: int  # CTAs in x
     why: str
     grid_y: int = 1  # CTAs in y (column tiles of a rect launch)
+    target: str | None = None  # the planned target (GpuTraits.target); None: the caller says
+    dependent_launch: bool = False  # built for programmatic dependent launch (sm_90+)
 
-    def kernel(self, target: str, dependent_launch: bool = False) -> Any:
-        """The kernel object (memoised: the same spec and target give the same object);
-        ``dependent_launch`` builds it for programmatic dependent launch (sm_90+)."""
+    def kernel(self, target: str | None = None, dependent_launch: bool | None = None) -> Any:
+        """The kernel object (memoised: the same spec and target give the same object),
+        built for the planned target and dependent launch unless ``target`` or
+        ``dependent_launch`` says otherwise (a launch made by hand has no target)."""
         from .fastcat_rect import FastcatRect
         from .fastcat_rowpack import FastcatRowpack
         from .fastcat_tile import FastcatTile
         from .fastcat_vec import FastcatVec
 
+        target = self.target if target is None else target
+        if target is None:
+            raise ValueError(f"this {self.family} launch was not planned for a target: pass one")
+        pdl = self.dependent_launch if dependent_launch is None else dependent_launch
         families = {"rect": FastcatRect, "vec": FastcatVec, "tile": FastcatTile, "rowpack": FastcatRowpack}
         make = families[self.family]
-        return make(target=target, dependent_launch=dependent_launch, **dict(self.spec))
+        return make(target=target, dependent_launch=pdl, **dict(self.spec))
 
     def args(
         self, row_ptr: Any, chunk_ptrs: list[Any], rows: int, pitch: int, offs: list[int], widths: list[int]
@@ -129,19 +210,22 @@ def choose(
     sizes: list[int] | tuple[int, ...],
     dtype_size: int,
     *,
+    traits: GpuTraits,
     row_mod16: int = 0,
     chunk_mod16: list[int] | tuple[int, ...] | None = None,
-    target: str = "sm_90",
     chunk: int | None = None,
 ) -> list[Launch]:
     """The launches that perform ``op`` on ``rows`` rows split into ``sizes`` channels of
-    ``dtype_size`` bytes (``chunk``: the chunk of a gather or scatter); addresses modulo 16.
+    ``dtype_size`` bytes (``chunk``: the chunk of a gather or scatter; addresses modulo 16)
+    on the GPU ``traits`` describes: each built for ``traits.target``, with programmatic
+    dependent launch where that has it and the traits ask for it, its grid within the
+    device's limits.
 
     * gather at a 1-, 2- or 4-byte granule from short rows (a group of rows within 128
       bytes, 16-byte aligned pointers) where every 32-byte sector of the row side holds
       bytes of the chunk -> ``rowpack`` over whole rows, writing that chunk only.
     * gather of a chunk narrower than a third of the row at a 1-byte granule -> ``vec``
-      (byte accesses, four in flight a thread, a persistent grid).
+      (byte accesses, four in flight a thread, a persistent grid of two waves of the part).
     * gather with 8- or 16-byte accesses, or a chunk narrower than a third of the row,
       and every scatter -> ``rect``: 2-D tiles at the widest access the alignments allow;
       else (a wide chunk at a 1-, 2- or 4-byte granule) ``tile`` over its columns.
@@ -156,12 +240,40 @@ def choose(
       :data:`RECT_MAX_WINDOW` -> ``rect`` at the smallest granule, directly.
     * split/concat otherwise -> ``tile`` over whole rows with the smallest granule;
       backward through registers, forward through cp.async staging (registers on sm_75);
-      16 KB tiles, or 2 KB ones where there would be fewer than :data:`SMALL_OP_TILES`.
+      16 KB tiles, or 2 KB ones where there would be fewer 16 KB tiles than the part has
+      SMs (``traits.sm_count``).
 
-    Every launch has one CTA per piece of work (a tile, a thread's rows): on an H200 a
-    grid of small CTAs, which the hardware hands out as SMs free up, runs at the speed
-    of the driver's copy, where one persistent wave tops out near 92% of it.
+    Every launch but vec's has one CTA per piece of work (a tile, a thread's rows): on an
+    H200 a grid of small CTAs, which the hardware hands out as SMs free up, runs at the
+    speed of the driver's copy, where one persistent wave tops out near 92% of it.
     """
+    launches = _choose(op, rows, sizes, dtype_size, traits, row_mod16, chunk_mod16, chunk)
+    # The kernels stride over their grid (any size does the work), so it may be capped.
+    return [
+        dataclasses.replace(
+            launch,
+            grid=min(launch.grid, traits.max_grid_x),
+            grid_y=min(launch.grid_y, traits.max_grid_y),
+            target=traits.target,
+            dependent_launch=traits.builds_dependent_launch,
+        )
+        for launch in launches
+    ]
+
+
+def _choose(
+    op: str,
+    rows: int,
+    sizes: list[int] | tuple[int, ...],
+    dtype_size: int,
+    traits: GpuTraits,
+    row_mod16: int,
+    chunk_mod16: list[int] | tuple[int, ...] | None,
+    chunk: int | None,
+) -> list[Launch]:
+    """:func:`choose`'s launches before their grids are capped and their target set."""
+    if not isinstance(traits, GpuTraits):
+        raise TypeError(f"traits must be a GpuTraits (the device's), not {type(traits).__name__}")
     mods = list(chunk_mod16) if chunk_mod16 is not None else [0] * len(sizes)
     _check(op, rows, sizes, dtype_size, row_mod16, mods)
     pitch = sum(sizes) * dtype_size
@@ -171,7 +283,7 @@ def choose(
     for s in sizes:
         offs.append(sum(widths))
         widths.append(s * dtype_size)
-    cap = target_capability(resolve_target(target))
+    cap = target_capability(traits.target)
     direction = DIRECTION[op]
     per_chunk = op in ("gather", "scatter")
     if per_chunk:
@@ -192,7 +304,7 @@ def choose(
         if short is not None:
             return [short]
         if op == "gather" and w[k] == 1 and 3 * widths[k] < pitch:
-            return [_vec_gather(rows, widths[k], k)]
+            return [_vec_gather(rows, widths[k], k, traits)]
         # A wide chunk at a narrow granule moves faster as 16-byte vectors re-indexed
         # through shared memory (tile, below) than one narrow access at a time.
         if op == "scatter" or w[k] >= 8 or 3 * widths[k] < pitch:
@@ -201,7 +313,7 @@ def choose(
         from .fastcat_rowpack import rowpack_rows
 
         narrow = tuple(widths[k] for k in ids)
-        # Measured on H200 (grid-study-h200.json, 256 MB): staged through shared memory, so
+        # Measured on H200 (lab/data/grid-study-h200.json, 256 MB): staged through shared memory, so
         # that every global access of a warp is 512 contiguous bytes, rowpack runs at
         # 97-99% of the copy ceiling on 67,108,864 x (1+3) u8 and (2+6) and (4+12) bytes,
         # where the tiles ran at 36-79% and rowpack's direct accesses at 65-81%. 8-byte
@@ -237,10 +349,10 @@ def choose(
         loader = "cp.async" if direction == "forward" and cap >= (8, 0) else "regs"
         unroll, tile_block = 4, block
         n_tiles = -(-(rows * pitch + 15) // (16 * unroll * tile_block))
-        if n_tiles < SMALL_OP_TILES:
-            # Too few 16 KB tiles to fill the SMs: the op costs one CTA's latency (loads,
-            # barriers, the re-indexing), so cut it into 2 KB tiles, eight times as many
-            # CTAs each doing an eighth. Measured on H200 (docs/perf/kernels.md):
+        if n_tiles < traits.sm_count:
+            # Too few 16 KB tiles to give every SM one: the op costs one CTA's latency
+            # (loads, barriers, the re-indexing), so cut it into 2 KB tiles, eight times as
+            # many CTAs each doing an eighth. Measured on H200 (132 SMs, docs/perf/kernels.md):
             # 2,048 x (3+5+24) concat 7.5/6.5/6.4 -> 6.1/5.8/5.8 us (u8/bf16/f32),
             # split 6.8/6.1/5.9 -> 5.7/5.5/5.5 us.
             unroll, tile_block = 1, 128
@@ -297,21 +409,20 @@ def _rowpack_gather(
     return Launch("rowpack", spec, (k,), -(-threads // block), why)
 
 
-# CTAs of a byte-wide gather (vec): two waves of 256-thread CTAs on an H200 (132 SMs,
-# 8 such CTAs each); elsewhere the same grid is simply more or fewer waves.
-VEC_GATHER_GRID = 2 * 8 * 132
-
-
-def _vec_gather(rows: int, width: int, k: int) -> Launch:
+def _vec_gather(rows: int, width: int, k: int, traits: GpuTraits) -> Launch:
     """A narrow gather at a 1-byte granule as ``vec``: 1-byte accesses, 4 in flight a
     thread, on a persistent grid. Measured on H200 (docs/perf/kernels.md, % of the copy
     ceiling): 4,194,304 x (5+27) u8 piece 0 89.7 against rect's 70.9; (7+9+48) piece 1
     54.3 against 41.4; (33+11+20) piece 1 53.2 against 43.2; 1,000,003 x (17+200+39)
     piece 2, misaligned, 50.8 against 36.3; (3+61) piece 0 53.1 against 56.3. rect's
     tiles of 1-byte accesses are small (1 KB a CTA) and CTAs cost more than they move;
-    the lone-sector gathers sit near what DRAM's 64-byte granules allow (about 55%)."""
-    spec = (("direction", "backward"), ("width", 1), ("chunks", 1), ("unroll", 4), ("block", 256))
-    grid = min(-(-rows * width // (4 * 256)), VEC_GATHER_GRID)
+    the lone-sector gathers sit near what DRAM's 64-byte granules allow (about 55%).
+
+    The grid: two full waves of 256-thread CTAs (on the H200 measured, 132 SMs of 8 such
+    CTAs: 2,112), or one CTA per 1 KB of the piece where that is fewer."""
+    unroll, block = 4, VEC_GATHER_BLOCK
+    spec = (("direction", "backward"), ("width", 1), ("chunks", 1), ("unroll", unroll), ("block", block))
+    grid = min(-(-rows * width // (unroll * block)), VEC_GATHER_WAVES * traits.resident_ctas(block))
     return Launch("vec", spec, (k,), grid, "1-byte accesses, 4 in flight a thread, persistent grid")
 
 
@@ -321,7 +432,7 @@ def _rect(direction: str, width: int, rows: int, vectors: int, group: list[int])
     from .fastcat_rect import GRID_Y_MAX, rect_cols
 
     # Measured on H200 over gathers, scatters, splits and concats (docs/perf/kernels.md,
-    # grid-study-h200.json): 16-byte accesses 2 a thread in 128-thread CTAs (4 KB) where
+    # lab/data/grid-study-h200.json): 16-byte accesses 2 a thread in 128-thread CTAs (4 KB) where
     # the window is short (96.8-100% of the copy ceiling), but 8 a thread in 256-thread
     # CTAs (32 KB) for windows of 512 vectors or more (the 4,096-vector gather: 99.2%,
     # against 93.7% at 4 KB); narrower accesses 32 bytes a thread in 128-thread CTAs.

@@ -22,8 +22,6 @@ __all__ = [
     "BYTES_IN",
     "BYTES_OUT",
     "DEPENDENT_TRIGGER_CTAS",
-    "LAYOUTS",
-    "LOAD_HINTS",
     "MAX_CHUNKS",
     "U32",
     "U64",
@@ -31,7 +29,6 @@ __all__ = [
     "check_block",
     "check_choice",
     "check_dependent_launch",
-    "check_hint",
     "data_regs",
     "dependent_launch_supported",
     "emit_dependent_launch",
@@ -59,11 +56,6 @@ BYTES_OUT = Pointer("u8")
 # 1- and 2-byte data sits in 16-bit registers (PTX has no 8-bit arithmetic worth having).
 _ACCESS = {16: ("v4.u32", 4), 8: ("v2.u32", 2), 4: ("u32", 1), 2: ("b16", 1), 1: ("b8", 1)}
 
-# load_hint -> the ld qualifier it adds. Both qualifiers need PTX ISA 7.4; the builder's
-# instruction table records that, and L2::256B's sm_80, so the module's .version follows.
-LOAD_HINTS: dict[str | None, str] = {None: "", "L2::256B": ".L2::256B", "L1::no_allocate": ".L1::no_allocate"}
-LAYOUTS = ("block", "grid")
-
 
 def check_choice(value: object, what: str, allowed: tuple[object, ...]) -> object:
     """``value`` if it is one of ``allowed`` (bools are not ints here), else a ValueError naming both."""
@@ -74,15 +66,6 @@ def check_choice(value: object, what: str, allowed: tuple[object, ...]) -> objec
 
 def check_block(block: object) -> int:
     return check_choice(block, "block", (64, 128, 256, 512, 1024))  # type: ignore[return-value]
-
-
-def check_hint(load_hint: object, target: str) -> str | None:
-    """``load_hint`` if the target can have it: ``L2::256B`` prefetches need sm_80."""
-    if load_hint not in LOAD_HINTS:
-        raise ValueError(f"load_hint {load_hint!r}; accepted: {', '.join(map(repr, LOAD_HINTS))}")
-    if load_hint == "L2::256B" and target_capability(target) < (8, 0):
-        raise ValueError(f"load_hint 'L2::256B' needs sm_80 or newer, not {target}")
-    return load_hint  # type: ignore[return-value]
 
 
 # --- programmatic dependent launch (sm_90+) ------------------------------------------------
@@ -98,8 +81,10 @@ def check_hint(load_hint: object, target: str) -> str | None:
 # 32,768 one-element CTAs that each issued it ran twice as long, with or without the
 # launch attribute. The next grid is scheduled once every CTA has triggered or exited,
 # so only the grid's tail needs to: the last DEPENDENT_TRIGGER_CTAS CTAs in launch
-# order (x fastest, then y) trigger, about a quarter of a full wave of 256-thread CTAs
-# on 132 SMs, and the rest count on exit.
+# order (x fastest, then y) trigger, and the rest count on exit. The count is compiled
+# in, the same for every part: a tail short against the grids that paid for the trigger
+# (a quarter of a full wave of 256-thread CTAs on the H200 it was measured on, 132 SMs;
+# a third on 108, a fifth on 170 of as many threads), and a smaller grid triggers in all.
 DEPENDENT_TRIGGER_CTAS = 256
 
 

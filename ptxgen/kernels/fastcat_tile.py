@@ -187,8 +187,10 @@ class FastcatTile(KernelBase):
     split/concat), so every row-side vector moves whole; otherwise only vectors touching
     the group's columns are read (backward), and vectors the group owns only in part are
     written granule by granule (forward). ``loader``: ``regs`` (sm_75+), ``cp.async``
-    (sm_80+, two stages backward, a staging area forward) or ``bulk`` (backward,
-    whole rows, ``cp.async.bulk`` + mbarrier, sm_90+, two stages).
+    (forward, sm_80+: a staging area every chunk's loads fly into at once) or ``bulk``
+    (backward, whole rows, ``cp.async.bulk`` + mbarrier, sm_90+, two stages). Backward
+    tiles through ``cp.async`` (two stages) measured no faster than through registers on
+    aligned rows and slower on unaligned ones; they went to lab/ with the prototype.
 
     Arguments: ``row_ptr, row_bytes (= rows * pitch), row_pitch, rows``, then per chunk
     ``chunk{k}_ptr, chunk{k}_off, chunk{k}_width``.
@@ -238,6 +240,8 @@ class FastcatTile(KernelBase):
         if loader not in LOADERS:
             raise ValueError(f"loader {loader!r}; accepted: 'regs', 'cp.async', 'bulk'")
         cap = target_capability(target)
+        if loader == "cp.async" and direction != "forward":
+            raise ValueError("loader 'cp.async' is for direction 'forward' only (backward: 'regs' or 'bulk')")
         if loader == "bulk" and direction != "backward":
             raise ValueError("loader 'bulk' is for direction 'backward' only")
         if loader == "cp.async" and cap < (8, 0):
@@ -297,11 +301,13 @@ class FastcatTile(KernelBase):
     def _fwd_async(self) -> bool:
         return self.direction == "forward" and self.loader == "cp.async"
 
-    def grid(self, n_spatial: int, chunk_c: int = 1) -> tuple[int, int, int]:
-        """Tiles are handed out grid-stride, so any grid works; this is one full wave of a
-        132-SM part (the planner chooses its own)."""
-        del n_spatial, chunk_c
-        return (132 * max(1, 2048 // self.block_size), 1, 1)
+    def grid(self, rows: int, row_pitch: int) -> tuple[int, int, int]:
+        """One CTA per tile (what the planner launches), within the driver's grid limit:
+        the row side's ``rows * row_pitch`` bytes from its 16-byte boundary, at most 15
+        bytes before ``row_ptr``. Tiles are handed out grid-stride, so any grid of at least
+        one CTA does the whole job."""
+        tiles = -(-(rows * row_pitch + 15) // self.tile_bytes)
+        return (max(1, min(tiles, 2**31 - 1)), 1, 1)
 
     # --- memory contract ---------------------------------------------------------------
 
@@ -532,16 +538,6 @@ class FastcatTile(KernelBase):
                 e.reg("u32", f"saddr_{u}")
                 e("add.u32", f"saddr_{u}", stage, f"off_{u}")
                 e("st.shared.v4.u32", e.at(f"saddr_{u}"), data[u], guard=f"full_{u}")
-        elif self.loader == "cp.async":
-            for u in range(U):
-                e.reg("u64", f"gaddr_{u}")
-                e.reg("u32", f"saddr_{u}")
-                e("cvt.u64.u32", "tmp64", f"off_{u}")
-                e("add.u64", f"gaddr_{u}", "tile_abs", "tmp64")
-                e("add.u32", f"saddr_{u}", stage, f"off_{u}")
-                e("cp.async.cg.shared.global", e.at(f"saddr_{u}"), e.at(f"gaddr_{u}"), 16,
-                  guard=f"full_{u}", why="no registers held")  # fmt: skip
-            e("cp.async.commit_group")
         else:  # bulk: thread 0 copies the run of full vectors in one instruction
             self._bulk_issue(stage)
         self._partial_loads(stage)
@@ -1080,7 +1076,7 @@ class FastcatTile(KernelBase):
         e("add.s64", "R", "R", 1, guard="carry")
 
     def _pipelined(self) -> None:
-        """Two stages (backward only): the next tile's loads fly while this one is written."""
+        """Two stages (backward, bulk copies): the next tile's loads fly while this one is written."""
         e, T = self.e, self.tile_bytes
         e.reg("u32", "cur_tile", "cur_C")
         e.reg("s64", "cur_R")
@@ -1107,31 +1103,21 @@ class FastcatTile(KernelBase):
         self._tile_setup()
         self._load_rows("other")
         e.place(nxt)
-        if self.loader == "cp.async":
-            e(
-                "cp.async.commit_group",
-                guard="has_next",
-                neg=True,
-                why="an empty group keeps the count uniform",
-            )
-            e("cp.async.wait_group", 1, why="this thread's copies of the current tile have landed")
-            e("bar.sync", 0, why="... and everyone else's")
-        else:
-            wait = e.label("WAIT")
-            e("sub.u32", "mb_now", "stage", "smem")
-            e("shr.u32", "mb_now", "mb_now", T.bit_length() - 1)
-            e("shr.b32", "tmp32", "phase", "mb_now")
-            e("and.b32", "tmp32", "tmp32", 1)
-            e("shl.b32", "mb_now", "mb_now", 3)
-            e("add.u32", "mb_now", "mb_now", "mbar")
-            e.place(wait)
-            e("mbarrier.try_wait.parity.shared::cta.b64", "ready", e.at("mb_now"), "tmp32")
-            e.bra(wait, guard="ready", neg=True)
-            e("sub.u32", "tmp32", "stage", "smem")
-            e("shr.u32", "tmp32", "tmp32", T.bit_length() - 1)
-            e("shl.b32", "tmp32", 1, "tmp32")
-            e("xor.b32", "phase", "phase", "tmp32", why="this stage's next completion has the other parity")
-            e("bar.sync", 0, why="the edge bytes other threads stored into this stage")
+        wait = e.label("WAIT")
+        e("sub.u32", "mb_now", "stage", "smem")
+        e("shr.u32", "mb_now", "mb_now", T.bit_length() - 1)
+        e("shr.b32", "tmp32", "phase", "mb_now")
+        e("and.b32", "tmp32", "tmp32", 1)
+        e("shl.b32", "mb_now", "mb_now", 3)
+        e("add.u32", "mb_now", "mb_now", "mbar")
+        e.place(wait)
+        e("mbarrier.try_wait.parity.shared::cta.b64", "ready", e.at("mb_now"), "tmp32")
+        e.bra(wait, guard="ready", neg=True)
+        e("sub.u32", "tmp32", "stage", "smem")
+        e("shr.u32", "tmp32", "tmp32", T.bit_length() - 1)
+        e("shl.b32", "tmp32", 1, "tmp32")
+        e("xor.b32", "phase", "phase", "tmp32", why="this stage's next completion has the other parity")
+        e("bar.sync", 0, why="the edge bytes other threads stored into this stage")
         e.note("write the current tile from its stage; the state registers name it again")
         e.reg("u32", "nxt_tile", "nxt_C")
         e.reg("s64", "nxt_R")

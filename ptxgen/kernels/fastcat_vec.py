@@ -1,13 +1,16 @@
-"""Direct-copy fast kernels: the copy ceiling (``flat_copy16``) and the ``vec`` family.
-
-``FastcatFlatCopy``: ``dst[i] = src[i]`` over 16-byte vectors, ``unroll`` loads in flight a
-thread: what a concatenation can at best reach.
+"""The ``vec`` family: direct copies with one thread's accesses spread over a persistent grid.
 
 ``FastcatVec``: direct copy between the row side (``rows`` rows of ``row_pitch`` bytes) and
 ``chunks`` adjacent chunks (each ``rows`` rows of its own pitch), ``width`` bytes an access
 (the widest that every pointer, pitch, offset and width allows; the planner checks).
 Backward gathers row side -> chunks, forward scatters chunks -> row side. Neither reads
-nor writes a byte outside the ranges :meth:`footprints` gives.
+nor writes a byte outside the ranges :meth:`FastcatVec.footprints` gives.
+
+The planner launches it for one case, where it measured fastest: a gather of a piece
+narrower than a third of its row at a 1-byte granule, four byte accesses in flight a
+thread on two waves of the part (``ptxgen.kernels.fastcat``); everything else direct goes
+to ``rect``, which a one-piece-of-work-a-CTA grid suits (each of its threads divides
+nothing, where this kernel divides once per slot before its loop).
 """
 
 from __future__ import annotations
@@ -21,18 +24,12 @@ from ..kernel import KernelBase
 from ..ptxtypes import SPECIAL_REGS, Addr, Reg
 from ..targets import resolve_target
 from .fastcat_common import (
-    BYTES_IN,
-    BYTES_OUT,
-    LAYOUTS,
-    LOAD_HINTS,
     MAX_CHUNKS,
-    U64,
     WIDTHS,
     ChunkScratch,
     check_block,
     check_choice,
     check_dependent_launch,
-    check_hint,
     data_regs,
     emit_dependent_launch,
     ld_type,
@@ -42,7 +39,7 @@ from .fastcat_common import (
     window_footprints,
 )
 
-__all__ = ["FastcatFlatCopy", "FastcatVec"]
+__all__ = ["FastcatVec"]
 
 _DIRECTIONS = ("backward", "forward")
 
@@ -57,161 +54,6 @@ def _read_thread_ids(fn: PtxFunction) -> tuple[Reg, Reg, Reg, Reg]:
     return thread, block_id, block_dim, grid_dim
 
 
-class FastcatFlatCopy(KernelBase):
-    """``dst[i] = src[i]`` for ``n_vectors`` 16-byte vectors: the ceiling's copy kernel.
-
-    Fastest measured on H200: ``unroll=1`` with a thread per vector (one trip each),
-    4.28 TB/s, as fast as cuMemcpyDtoD; one persistent wave of CTAs stops near 3.97 TB/s
-    (93%) whatever the unroll and layout. ``layout``: where a thread's ``unroll`` slots lie. ``block``: one
-    block's slots are one contiguous run of ``16 * unroll * block`` bytes per round (DRAM
-    pages stay open); ``grid``: a thread's slots are a whole grid apart (the textbook
-    grid-stride loop). Arguments ``(src, dst, n_vectors)``; any grid.
-    """
-
-    name = "flat_copy16"
-
-    @classmethod
-    def cache_key(
-        cls,
-        *,
-        unroll: int = 4,
-        block: int = 256,
-        layout: str = "grid",
-        load_hint: str | None = None,
-        target: str = "sm_90",
-    ) -> Hashable:
-        target = resolve_target(target)
-        check_block(block)
-        check_choice(unroll, "unroll", (1, 2, 4, 8))
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout {layout!r}; accepted: {', '.join(LAYOUTS)}")
-        return (unroll, block, layout, check_hint(load_hint, target), target)
-
-    def __init__(
-        self,
-        *,
-        unroll: int = 4,
-        block: int = 256,
-        layout: str = "grid",
-        load_hint: str | None = None,
-        target: str = "sm_90",
-    ) -> None:
-        self.unroll, self.block_size, self.layout, self.load_hint, self.target = self.cache_key(
-            unroll=unroll, block=block, layout=layout, load_hint=load_hint, target=target
-        )
-        tag = f"__{layout}" + (f"__{load_hint.replace('::', '_')}" if load_hint else "")
-        self.id = f"flat_copy16__u{unroll}__b{block}{tag}__{self.target}"
-        self.arg_names = ("src", "dst", "n_vectors")
-        self.arg_types = (BYTES_IN, BYTES_OUT, U64)
-        self.block = (block, 1, 1)
-        self.shared_bytes = 0
-        self.info: dict[str, Any] = {
-            "family": "flat_copy",
-            "unroll": unroll,
-            "block": block,
-            "layout": layout,
-            "load_hint": load_hint,
-        }
-        self._emit()
-
-    def footprints(
-        self, grid: tuple[int, int, int], block: tuple[int, int, int], scalars: Mapping[str, int]
-    ) -> tuple[Footprint, Footprint]:
-        """``16 * n_vectors`` bytes of ``src`` read and of ``dst`` written, both 16-byte
-        aligned; nothing for an empty grid. Grid-stride: any grid covers every vector."""
-        check_launch_block(self.name, block, self.block)
-        nbytes = 16 * scalars["n_vectors"] if all(g > 0 for g in grid) else 0
-        return (
-            Footprint("src", nbytes, 1, 16, writes=False),
-            Footprint("dst", nbytes, 1, 16, writes=True),
-        )
-
-    def __repr__(self) -> str:
-        return (
-            f"FastcatFlatCopy(unroll={self.unroll}, block={self.block_size}, layout={self.layout!r}, "
-            f"load_hint={self.load_hint!r}, target={self.target!r})"
-        )
-
-    def _emit(self) -> None:
-        unroll, block = self.unroll, self.block_size
-        module = PtxModule(
-            self.target,
-            comment=[
-                "flat_copy16: dst[i] = src[i] over n_vectors 16-byte vectors, grid-stride,",
-                f"{unroll} loads in flight per thread, slots laid out by {self.layout}. "
-                "The copy ceiling's kernel.",
-            ],
-        )
-        fn = module.entry(self.entry_point_name)
-        p_src = fn.param("src", "u64", comment="*const u8: 16-byte aligned")
-        p_dst = fn.param("dst", "u64", comment="*mut u8: 16-byte aligned")
-        p_n = fn.param("n_vectors", "u64", comment="16-byte vectors to copy")
-        fn.directive(".maxntid", block, 1, 1)
-        src, dst, n_vectors = fn.reg("src", "u64"), fn.reg("dst", "u64"), fn.reg("n_vectors", "u64")
-        first, slot_gap, step = fn.reg("first", "u64"), fn.reg("slot_gap", "u64"), fn.reg("step", "u64")
-        byte_off = fn.reg("byte_off", "u64")
-
-        fn.banner("arguments, and where this thread starts")
-        fn.inst("ld.param.u64", src, Addr(p_src))
-        fn.inst("cvta.to.global.u64", src, src)
-        fn.inst("ld.param.u64", dst, Addr(p_dst))
-        fn.inst("cvta.to.global.u64", dst, dst)
-        fn.inst("ld.param.u64", n_vectors, Addr(p_n))
-        thread, block_id, block_dim, grid_dim = _read_thread_ids(fn)
-        fn.inst("cvt.u64.u32", byte_off, thread)
-        if self.layout == "block":
-            fn.inst("mul.wide.u32", first, block_id, unroll * block,
-                    comment="this block's run of unroll*block vectors")  # fmt: skip
-            fn.inst("add.u64", first, first, byte_off)
-            fn.inst(
-                "mov.u64",
-                slot_gap,
-                block,
-                comment="a thread's slots are a block apart: the run is contiguous",
-            )
-        else:
-            fn.inst("mul.wide.u32", first, block_id, block_dim)
-            fn.inst("add.u64", first, first, byte_off)
-            fn.inst(
-                "mul.wide.u32", slot_gap, grid_dim, block_dim, comment="a thread's slots are a grid apart"
-            )
-        fn.inst("mul.wide.u32", step, grid_dim, unroll * block,
-                comment="a round moves every slot by unroll*grid*block")  # fmt: skip
-
-        top, done = fn.label("LOOP"), fn.label("DONE")
-        fn.banner(f"a round: {unroll} slots, all loads before the first store")
-        fn.place(top)
-        live, srcs, dsts, data = [], [], [], []
-        for u in range(unroll):
-            idx, s, d = fn.reg(f"idx_{u}", "u64"), fn.reg(f"src_{u}", "u64"), fn.reg(f"dst_{u}", "u64")
-            ok = fn.reg(f"live_{u}", "pred")
-            fn.inst("mad.lo.u64", idx, slot_gap, u, first)
-            fn.inst("setp.lt.u64", ok, idx, n_vectors)
-            fn.inst("shl.b64", byte_off, idx, 4)
-            fn.inst("add.u64", s, src, byte_off)
-            fn.inst("add.u64", d, dst, byte_off)
-            live.append(ok)
-            srcs.append(s)
-            dsts.append(d)
-            data.append(data_regs(fn, f"v{u}", 16))
-        fn.inst("bra", done, guard=live[0], negate=True,
-                comment="slot 0 holds the smallest index: past the end, all are")  # fmt: skip
-        hint = LOAD_HINTS[self.load_hint]
-        for u in range(unroll):
-            fn.inst(
-                f"ld.global.nc{hint}.v4.u32", data[u], Addr(srcs[u]), guard=live[u], comment="all loads first"
-            )
-        for u in range(unroll):
-            fn.inst("st.global.v4.u32", Addr(dsts[u]), data[u], guard=live[u])
-        fn.inst("add.u64", first, first, step)
-        fn.inst("bra.uni", top)
-        fn.place(done)
-        fn.inst("ret")
-        self.ptx_version = module.version
-        self.kernel_source = module.header()
-        self.entry_point_source = fn.render()
-
-
 class FastcatVec(KernelBase):
     """Direct copy between the row side and ``chunks`` adjacent chunks, ``width`` bytes an access.
 
@@ -220,7 +62,9 @@ class FastcatVec(KernelBase):
     Item ``i`` is at row ``i // n``, vector ``i % n``; each thread owns ``unroll`` slots and
     keeps (row, vector) per slot, stepping it by a (rows, vectors) increment divided once,
     so the loop divides nothing. All loads of a round are issued before the first store.
-    ``layout`` places the slots as in :class:`FastcatFlatCopy`.
+    A block's slots of one round are one contiguous run of ``unroll * block`` items, a
+    thread's slots a block apart (the id's ``block`` tag; the studies' other layout, slots
+    a grid apart, measured the same and went to lab/ with the flat copy).
 
     Arguments: ``row_base, row_pitch, rows, window_vectors``, then per chunk ``k``
     ``chunk{k}_ptr, chunk{k}_pitch`` and, with several chunks, ``chunk{k}_start`` (its
@@ -239,9 +83,6 @@ class FastcatVec(KernelBase):
         unroll: int = 4,
         block: int = 256,
         target: str = "sm_90",
-        streaming_stores: bool = False,
-        layout: str = "block",
-        load_hint: str | None = None,
         dependent_launch: bool = False,
     ) -> Hashable:
         if direction not in _DIRECTIONS:
@@ -252,15 +93,8 @@ class FastcatVec(KernelBase):
         check_choice(unroll, "unroll", (1, 2, 4, 8, 16))
         if isinstance(chunks, bool) or not isinstance(chunks, int) or not 1 <= chunks <= MAX_CHUNKS:
             raise ValueError(f"chunks = {chunks!r} is not accepted; accepted: an int in 1..{MAX_CHUNKS}")
-        if not isinstance(streaming_stores, bool):
-            raise ValueError(
-                f"streaming_stores = {streaming_stores!r} is not accepted; accepted: True, False"
-            )
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout {layout!r}; accepted: {', '.join(LAYOUTS)}")
-        hint = check_hint(load_hint, target)
         pdl = check_dependent_launch(dependent_launch, target)
-        return (direction, width, chunks, unroll, block, target, streaming_stores, layout, hint, pdl)
+        return (direction, width, chunks, unroll, block, target, pdl)
 
     def __init__(
         self,
@@ -271,21 +105,15 @@ class FastcatVec(KernelBase):
         unroll: int = 4,
         block: int = 256,
         target: str = "sm_90",
-        streaming_stores: bool = False,
-        layout: str = "block",
-        load_hint: str | None = None,
         dependent_launch: bool = False,
     ) -> None:
         (self.direction, self.width, self.chunks, self.unroll, self.block_size, self.target,
-         self.streaming_stores, self.layout, self.load_hint, self.dependent_launch) = self.cache_key(
+         self.dependent_launch) = self.cache_key(
             direction=direction, width=width, chunks=chunks, unroll=unroll, block=block, target=target,
-            streaming_stores=streaming_stores, layout=layout, load_hint=load_hint,
             dependent_launch=dependent_launch,
         )  # fmt: skip
         self.name = f"fastcat_vec_{direction}"  # type: ignore[misc]
-        tag = ("__cs" if streaming_stores else "") + f"__{layout}"
-        tag += f"__{load_hint.replace('::', '_')}" if load_hint else ""
-        tag += "__pdl" if dependent_launch else ""
+        tag = "__block" + ("__pdl" if dependent_launch else "")  # block: the slot layout
         self.id = f"{self.name}__w{width}__k{chunks}__u{unroll}__b{block}{tag}__{self.target}"
         self.arg_names, self.arg_types = window_args(chunks, direction == "backward")
         self.block = (block, 1, 1)
@@ -297,9 +125,6 @@ class FastcatVec(KernelBase):
             "chunks": chunks,
             "unroll": unroll,
             "block": block,
-            "streaming_stores": streaming_stores,
-            "layout": layout,
-            "load_hint": load_hint,
             **({"dependent_launch": True} if dependent_launch else {}),
         }
         self._emit()
@@ -308,8 +133,7 @@ class FastcatVec(KernelBase):
         return (
             f"FastcatVec(direction={self.direction!r}, width={self.width}, chunks={self.chunks}, "
             f"unroll={self.unroll}, block={self.block_size}, target={self.target!r}, "
-            f"streaming_stores={self.streaming_stores}, layout={self.layout!r}, "
-            f"load_hint={self.load_hint!r}, dependent_launch={self.dependent_launch})"
+            f"dependent_launch={self.dependent_launch})"
         )
 
     # --- what a launch touches ----------------------------------------------------------
@@ -371,21 +195,14 @@ class FastcatVec(KernelBase):
             "ld.param.u32", n_vec, Addr(params["window_vectors"]), comment="accesses per row in the window"
         )
         fn.inst("cvt.u64.u32", n_vec64, n_vec)
-        thread, block_id, block_dim, grid_dim = _read_thread_ids(fn)
+        thread, block_id, _block_dim, grid_dim = _read_thread_ids(fn)  # the block is compiled in
 
         fn.banner("this thread's first item, the gap between its slots, and a round's step")
         fn.inst("cvt.u64.u32", tmp64, thread)
-        if self.layout == "block":
-            fn.inst("mul.wide.u32", gtid, block_id, unroll * block,
-                    comment="this block's run of unroll*block items")  # fmt: skip
-            fn.inst("add.u64", gtid, gtid, tmp64, comment="this thread's first item")
-            fn.inst("mov.u64", stride, block, comment="slots of one thread are a block apart")
-        else:
-            fn.inst("mul.wide.u32", gtid, block_id, block_dim)
-            fn.inst("add.u64", gtid, gtid, tmp64, comment="this thread's first item")
-            fn.inst(
-                "mul.wide.u32", stride, grid_dim, block_dim, comment="slots of one thread are a grid apart"
-            )
+        fn.inst("mul.wide.u32", gtid, block_id, unroll * block,
+                comment="this block's run of unroll*block items")  # fmt: skip
+        fn.inst("add.u64", gtid, gtid, tmp64, comment="this thread's first item")
+        fn.inst("mov.u64", stride, block, comment="slots of one thread are a block apart")
         fn.inst("mul.wide.u32", step, grid_dim, unroll * block,
                 comment="a round moves every slot by unroll*grid*block")  # fmt: skip
         fn.inst(
@@ -448,13 +265,11 @@ class FastcatVec(KernelBase):
             srcs.append(s)
             dsts.append(d)
             data.append(data_regs(fn, f"v{u}", width))
-        hint = LOAD_HINTS[self.load_hint]
-        st = "st.global.cs" if self.streaming_stores else "st.global"
         for u in range(unroll):
-            fn.inst(f"ld.global.nc{hint}.{kind}", data[u], Addr(srcs[u]), guard=live[u],
+            fn.inst(f"ld.global.nc.{kind}", data[u], Addr(srcs[u]), guard=live[u],
                     comment="all loads in flight first")  # fmt: skip
         for u in range(unroll):
-            fn.inst(f"{st}.{kind}", Addr(dsts[u]), data[u], guard=live[u])
+            fn.inst(f"st.global.{kind}", Addr(dsts[u]), data[u], guard=live[u])
 
         fn.banner("step every slot by (step_rows, step_vecs), carrying vectors into rows")
         wrap = fn.reg("wrap", "pred")

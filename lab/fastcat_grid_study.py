@@ -2,6 +2,13 @@
 """How the grid and the CTA size set a copy kernel's speed on one GPU (the study behind
 the ``rect`` family and one-tile-per-CTA grids, docs/perf/kernels.md).
 
+A STUDY, KEPT AS IT RAN (lab/README.md says what it found). It runs against the tree it
+was last run on: the commit before it moved from scripts/ to lab/ (``git log --follow --
+lab/fastcat_grid_study.py``). ptxgen has changed since (the planner takes a device's traits;
+``FastcatFlatCopy``, vec's slot layouts, load hints and streaming stores, and backward
+tiles through cp.async left ptxgen), so to run it again, run it there: ``git worktree
+add /tmp/study <that commit>``, then ``python /tmp/study/scripts/fastcat_grid_study.py``.
+
 1. A flat copy of 1 GiB: ``cuMemcpyDtoDAsync`` against ``FastcatFlatCopy`` at each
    unroll, block and slot layout, on one persistent wave of CTAs (as many as fit),
    two waves, eight 256-thread CTAs per SM, and a CTA per piece of work ("all"); and a

@@ -1,6 +1,8 @@
-"""FROZEN REFERENCE: the fast-kernel prototype the builder ports were made from, kept only so
-tests/test_fastcat_port.py and tests/test_fastcat_tile.py can prove the ports emit the same
-machine code (ptxgen/kernels/fastcat_*.py are the kernels). Do not edit.
+"""FROZEN REFERENCE: the fast-kernel prototype the builder ports were made from (and the first
+runs of lab/fastcat_experiments.py were measured with), kept only so lab/test_port.py can
+prove the ports emit the same machine code (ptxgen/kernels/fastcat_*.py are the kernels).
+Do not edit. (Moved from tests/reference/; its grids and its rule are the first study's,
+for a 132-SM part, and are nobody's plan.)
 
 Fast channel-concat kernels, written as PTX text: a prototype to be ported to the builder.
 

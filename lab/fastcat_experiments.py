@@ -1,6 +1,13 @@
 #!/usr/bin/env python3
 """Check and time every fast channel-concat kernel variant (ptxgen.kernels.fastcat*) on one GPU.
 
+A STUDY, KEPT AS IT RAN (lab/README.md says what it found). It runs against the tree it
+was last run on: the commit before it moved from scripts/ to lab/ (``git log --follow --
+lab/fastcat_experiments.py``). ptxgen has changed since (the planner takes a device's traits;
+``FastcatFlatCopy``, vec's slot layouts, load hints and streaming stores, and backward
+tiles through cp.async left ptxgen), so to run it again, run it there: ``git worktree
+add /tmp/study <that commit>``, then ``python /tmp/study/scripts/fastcat_experiments.py``.
+
 One call does it all, because device time is scarce:
 
 1. correctness: every variant (vec widths, tile granules and loaders, sm_75/sm_80/sm_90

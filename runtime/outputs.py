@@ -1,0 +1,106 @@
+"""The arrays an op makes for the results its caller did not pass: of the caller's kind.
+
+A torch tensor in gives torch tensors out, from torch's caching allocator; a CuPy array
+gives CuPy arrays, from CuPy's pool; anything else (a :class:`runtime.DeviceArray`, a
+Numba array, any ``__cuda_array_interface__`` or DLPack object) gives DeviceArrays from
+the device's stream-ordered pool (:mod:`runtime.pool`). Each is allocated on the stream
+the op runs on, so its memory is ordered as the allocator that made it orders memory:
+the op's writes come after the allocation, and a later free of the result waits for
+them. Nothing here is launched or written; an allocation that fails raises before the
+op launches anything.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .stream import same_stream
+from .strides import describe_order, inverse, permuted
+
+if TYPE_CHECKING:
+    from ptxgen.dtypes import DType
+
+    from .device import Device
+
+__all__ = ["array_kind", "new_outputs"]
+
+
+def array_kind(like: Any) -> str:
+    """ "torch", "cupy" or "device_array": the kind of results an op given ``like`` returns."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(like, torch.Tensor):
+        return "torch"
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(like, cupy.ndarray):
+        return "cupy"
+    return "device_array"
+
+
+def new_outputs(
+    like: Any,
+    device: Device,
+    stream: int,
+    shapes: Sequence[tuple[int, ...]],
+    dtype: DType,
+    order: tuple[int, ...] | None = None,
+) -> tuple[list[Any], list[int]]:
+    """``(arrays, addresses)``: one new, uninitialised array per shape, of ``like``'s
+    kind, dtype ``dtype`` (``like``'s), on ``device``, ordered on ``stream``; dense in
+    memory ``order`` where one is given (``like``'s, channels_last say), else row-major.
+    A DeviceArray is row-major only: an order for one is refused, before anything is
+    allocated."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(like, torch.Tensor):
+        arrays = _torch_outputs(torch, like, stream, _in_memory(shapes, order))
+        arrays = arrays if order is None else [a.permute(inverse(order)) for a in arrays]
+        return arrays, [a.data_ptr() for a in arrays]
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(like, cupy.ndarray):
+        arrays = _cupy_outputs(cupy, like, stream, _in_memory(shapes, order))
+        arrays = arrays if order is None else [a.transpose(inverse(order)) for a in arrays]
+        return arrays, [a.data.ptr for a in arrays]
+    if order is not None:
+        raise ValueError(
+            f"the results would be runtime.DeviceArrays, which are row-major, and the input is "
+            f"{describe_order(order, len(order))}: pass out= arrays in the input's memory order, "
+            "or a row-major input"
+        )
+    arrays = [device.empty(s, dtype, stream=stream) for s in shapes]
+    return arrays, [a.ptr for a in arrays]
+
+
+def _in_memory(shapes: Sequence[tuple[int, ...]], order: tuple[int, ...] | None) -> list[tuple[int, ...]]:
+    return list(shapes) if order is None else [permuted(s, order) for s in shapes]
+
+
+def _torch_current_stream(torch: Any, index: int) -> int:
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # one C call, no Stream object
+    if raw is not None:
+        return int(raw(index))
+    return int(torch.cuda.current_stream(index).cuda_stream)
+
+
+def _torch_outputs(torch: Any, like: Any, stream: int, shapes: Sequence[tuple[int, ...]]) -> list[Any]:
+    # new_empty: like's dtype and device, contiguous, outside autograd (an op's result is
+    # a new leaf). torch hands a block to the stream current at allocation: the op's.
+    if same_stream(_torch_current_stream(torch, like.get_device()), stream):
+        return [like.new_empty(s) for s in shapes]
+    # torch.cuda.ExternalStream(0) would be a stream of torch's pool, not the default one
+    named = (
+        torch.cuda.default_stream(like.device)
+        if stream in (0, 1)
+        else torch.cuda.ExternalStream(stream, device=like.device)
+    )
+    with torch.cuda.stream(named):
+        return [like.new_empty(s) for s in shapes]
+
+
+def _cupy_outputs(cupy: Any, like: Any, stream: int, shapes: Sequence[tuple[int, ...]]) -> list[Any]:
+    # CuPy's pool keeps an arena per stream: the one current at allocation, the op's.
+    with cupy.cuda.Device(like.device.id):
+        if same_stream(cupy.cuda.get_current_stream().ptr, stream):
+            return [cupy.empty(s, dtype=like.dtype) for s in shapes]
+        with cupy.cuda.ExternalStream(stream):
+            return [cupy.empty(s, dtype=like.dtype) for s in shapes]

@@ -1,0 +1,484 @@
+"""runtime.pool and runtime.outputs without a GPU: a stand-in driver records the calls.
+
+What is checked here is the order of driver calls the rules make (allocate on the
+array's stream, free there after the streams it was recorded on, hold a free back while
+a capture forbids it, retry an allocation once after the pending frees, name the size
+when out of memory) and which kind of array the ops make for each kind of input. The
+GPU suite (tests/test_gpu_alloc.py) runs the same paths on the device.
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+import types
+
+import pytest
+
+import ptxgen
+from runtime import _driver, memory, outputs, pool, stream
+
+OOM = 2
+
+
+class CUresult(enum.IntEnum):
+    CUDA_SUCCESS = 0
+    CUDA_ERROR_OUT_OF_MEMORY = OOM
+    CUDA_ERROR_STREAM_CAPTURE_IMPLICIT = 906
+
+
+class Status(enum.IntEnum):
+    CU_STREAM_CAPTURE_STATUS_NONE = 0
+    CU_STREAM_CAPTURE_STATUS_ACTIVE = 1
+
+
+class FakeDriver:
+    """The driver calls the pool makes, recorded; memory is a counter."""
+
+    CUresult = CUresult
+    CUstreamCaptureStatus = Status
+    CUdevice_attribute = types.SimpleNamespace(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED="pools")
+    CUmemAllocationType = types.SimpleNamespace(CU_MEM_ALLOCATION_TYPE_PINNED="pinned")
+    CUmemAllocationHandleType = types.SimpleNamespace(CU_MEM_HANDLE_TYPE_NONE="none")
+    CUmemLocationType = types.SimpleNamespace(CU_MEM_LOCATION_TYPE_DEVICE="device")
+    CUmemPool_attribute = types.SimpleNamespace(
+        CU_MEMPOOL_ATTR_RELEASE_THRESHOLD="threshold",
+        CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT="reserved",
+        CU_MEMPOOL_ATTR_USED_MEM_CURRENT="used",
+    )
+    CUevent_flags = types.SimpleNamespace(CU_EVENT_DISABLE_TIMING=2)
+    CUstreamCaptureMode = types.SimpleNamespace(CU_STREAM_CAPTURE_MODE_RELAXED="relaxed")
+
+    def __init__(self, pools=True):
+        self.calls = []
+        self.pools = pools
+        self.capturing = {}  # stream -> status, or an error code for the legacy stream
+        self.fail_allocations = 0  # how many allocations answer out of memory
+        self.next = 0x7000_0000
+        self.mode = "global"  # the calling thread's capture mode
+
+    def cuThreadExchangeStreamCaptureMode(self, mode):
+        old, self.mode = self.mode, mode
+        return (0, old)
+
+    class CUmemPoolProps:
+        def __init__(self):
+            self.location = types.SimpleNamespace(type=None, id=None)
+
+    @staticmethod
+    def cuuint64_t(value):
+        return value
+
+    def cuDeviceGetAttribute(self, attr, device):
+        return (0, int(self.pools))
+
+    def cuMemPoolCreate(self, props):
+        self.calls.append(("create", props.allocType, props.location.type, props.location.id))
+        return (0, "pool")
+
+    def cuMemPoolSetAttribute(self, p, attr, value):
+        self.calls.append(("set", attr, value))
+        return (0,)
+
+    def cuMemPoolGetAttribute(self, p, attr):
+        return (0, 1 << 20)
+
+    def _take(self, nbytes):
+        if self.fail_allocations:
+            self.fail_allocations -= 1
+            return (CUresult.CUDA_ERROR_OUT_OF_MEMORY, None)
+        self.next += 1 << 12
+        return (CUresult.CUDA_SUCCESS, self.next)
+
+    def cuMemAllocFromPoolAsync(self, nbytes, p, s):
+        err, address = self._take(nbytes)
+        self.calls.append(("alloc", nbytes, s, int(err), self.mode))
+        return (err, address)
+
+    def cuMemAlloc(self, nbytes):
+        err, address = self._take(nbytes)
+        self.calls.append(("cuMemAlloc", nbytes, int(err)))
+        return (err, address)
+
+    def cuMemFreeAsync(self, address, s):
+        self.calls.append(("free", address, s, self.mode))
+        return (0,)
+
+    def cuMemFree(self, address):
+        self.calls.append(("cuMemFree", address))
+        return (0,)
+
+    def cuStreamIsCapturing(self, s):
+        state = self.capturing.get(s, Status.CU_STREAM_CAPTURE_STATUS_NONE)
+        if isinstance(state, CUresult):
+            return (state, Status.CU_STREAM_CAPTURE_STATUS_NONE)
+        return (0, state)
+
+    def cuCtxSynchronize(self):
+        self.calls.append(("synchronize",))
+        return (0,)
+
+    def cuStreamSynchronize(self, s):
+        self.calls.append(("stream synchronize",))
+        return (0,)
+
+    def cuMemGetInfo(self):
+        return (0, 3 << 30, 140 << 30)
+
+    def cuMemPoolTrimTo(self, p, keep):
+        self.calls.append(("trim", keep))
+        return (0,)
+
+    def cuMemPoolDestroy(self, p):
+        self.calls.append(("destroy pool",))
+        return (0,)
+
+    def cuEventCreate(self, flags):
+        return (0, "event")
+
+    def cuEventRecord(self, event, s):
+        self.calls.append(("record", s))
+        return (0,)
+
+    def cuStreamWaitEvent(self, s, event, flags):
+        self.calls.append(("wait", s, event))
+        return (0,)
+
+    def cuEventDestroy(self, event):
+        return (0,)
+
+    def cuGetErrorName(self, err):
+        return (0, CUresult(err).name.encode())
+
+    def cuGetErrorString(self, err):
+        return (0, b"out of memory")
+
+
+class FakeContext:
+    device = "cudevice"
+    usable = True
+
+    def activate(self):
+        pass
+
+    def track(self, resource):
+        pass
+
+
+class FakeDevice:
+    name = "Fake GPU"
+    ordinal = 0
+
+    def __init__(self):
+        self.context = FakeContext()
+        self.memory_pool = pool.MemoryPool(self)
+
+
+@pytest.fixture
+def drv(monkeypatch):
+    fake = FakeDriver()
+    for module in (pool, memory, stream, _driver):
+        monkeypatch.setattr(module, "driver", lambda: fake)
+    return fake
+
+
+def test_the_pool_keeps_what_is_freed_and_allocates_on_the_stream(drv):
+    dev = FakeDevice()
+    assert drv.calls == [
+        ("create", "pinned", "device", 0),
+        ("set", "threshold", (1 << 64) - 1),  # freed memory stays in the pool
+    ]
+    drv.calls.clear()
+    a = memory.DeviceArray(dev, (4, 8), "f32", stream=7)
+    # in relaxed capture mode: another stream's global capture (torch's) is not broken by it
+    assert a.stream == 7 and drv.calls == [("alloc", 128, 7, 0, "relaxed")] and drv.mode == "global"
+    address = a.address
+    a.close()
+    assert drv.calls[-1] == ("free", address, 7, "relaxed")  # on its own stream, not waiting for the device
+    assert not any(c[0] == "synchronize" for c in drv.calls)
+
+
+def test_an_empty_array_takes_nothing(drv):
+    dev = FakeDevice()
+    drv.calls.clear()
+    memory.DeviceArray(dev, (0, 8), "f32").close()
+    assert drv.calls == []
+
+
+def test_a_free_waits_for_the_streams_recorded_on_it(drv):
+    dev = FakeDevice()
+    a = memory.DeviceArray(dev, (16,), "u8", stream=7)
+    a.record_stream(9)
+    a.record_stream(9)  # once is enough
+    a.record_stream(7)  # its own stream needs no word
+    drv.calls.clear()
+    address = a.address
+    a.close()
+    assert drv.calls == [("record", 9), ("wait", 7, "event"), ("free", address, 7, "relaxed")]
+
+
+def test_a_free_during_a_capture_waits_for_the_capture_to_end(drv):
+    dev = FakeDevice()
+    a = memory.DeviceArray(dev, (16,), "u8")  # the legacy default stream
+    drv.capturing[0] = CUresult.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT  # another stream captures, globally
+    address = a.address
+    a.close()
+    assert not any(c[0] == "free" for c in drv.calls) and dev.memory_pool.deferred == 1
+    b = memory.DeviceArray(dev, (16,), "u8", stream=7)  # still capturing: still held
+    assert dev.memory_pool.deferred == 1
+    drv.capturing.clear()
+    dev.memory_pool.release_deferred()
+    assert ("free", address, 0, "relaxed") in drv.calls and dev.memory_pool.deferred == 0
+    b.close()
+
+
+def test_an_array_made_in_a_capture_is_freed_in_it_or_left_to_its_graph(drv):
+    dev = FakeDevice()
+    pool = dev.memory_pool
+    graph_memory = pool.begin_capture(7)  # a runtime.Graph captures stream 7
+    drv.capturing[7] = Status.CU_STREAM_CAPTURE_STATUS_ACTIVE
+    a = memory.DeviceArray(dev, (16,), "u8", stream=7)  # an allocation node of the graph
+    assert drv.calls[-1] == ("alloc", 16, 7, 0, "global")  # in the capture, as it is
+    address = a.address
+    a.close()  # a free node of the same graph
+    assert drv.calls[-1] == ("free", address, 7, "global") and pool.deferred == 0
+    kept = memory.DeviceArray(dev, (16,), "u8", stream=7)
+    assert graph_memory.addresses == [kept.address]
+    drv.capturing.clear()
+    pool.end_capture(7)
+    calls = len(drv.calls)
+    kept_address = kept.address
+    del kept  # past its capture: the graph's memory, which the graph still holds
+    assert len(drv.calls) == calls and pool.deferred == 0
+    graph_memory.last_launch[0] = pool_waits(7)  # as Graph.launch records it
+    del graph_memory  # the graph goes too: given back after its last launch
+    assert drv.calls[-1] == ("free", kept_address, 7, "relaxed")
+    before = pool.begin_capture(7)  # a graph never launched allocated nothing to give back
+    drv.capturing[7] = Status.CU_STREAM_CAPTURE_STATUS_ACTIVE
+    memory.DeviceArray(dev, (16,), "u8", stream=7)
+    pool.end_capture(7)
+    drv.capturing.clear()
+    calls = len(drv.calls)
+    del before
+    assert len(drv.calls) == calls
+    drv.capturing[7] = Status.CU_STREAM_CAPTURE_STATUS_ACTIVE  # another library's capture
+    foreign = memory.DeviceArray(dev, (16,), "u8", stream=7)
+    drv.capturing.clear()
+    calls = len(drv.calls)
+    foreign.close()  # that graph's: not ours to free
+    assert len(drv.calls) == calls
+
+
+def pool_waits(stream):
+    return pool.Waits(stream)
+
+
+def test_out_of_memory_retries_once_after_the_pending_frees_then_names_the_size(drv):
+    dev = FakeDevice()
+    drv.fail_allocations = 1
+    a = memory.DeviceArray(dev, (1024,), "f32", stream=7)
+    assert [c[0] for c in drv.calls[-3:]] == ["alloc", "stream synchronize", "alloc"]  # not the device
+    a.close()
+    drv.fail_allocations = 2
+    with pytest.raises(pool.DeviceOutOfMemory) as caught:
+        memory.DeviceArray(dev, (3, 1 << 28), "bf16")
+    assert isinstance(caught.value, MemoryError)
+    message = str(caught.value)
+    assert "cannot allocate 1,610,612,736 bytes (1.50 GiB) for a (3, 268435456) bf16 array" in message
+    assert "on Fake GPU (device 0): 3.00 GiB of 140.00 GiB free" in message
+
+
+def test_out_of_memory_in_a_capture_does_not_synchronize(drv):
+    dev = FakeDevice()
+    drv.capturing[7] = Status.CU_STREAM_CAPTURE_STATUS_ACTIVE
+    drv.fail_allocations = 1
+    with pytest.raises(pool.DeviceOutOfMemory):
+        memory.DeviceArray(dev, (64,), "f32", stream=7)
+    assert ("synchronize",) not in drv.calls
+
+
+def test_without_pools_the_plain_calls(monkeypatch):
+    fake = FakeDriver(pools=False)
+    for module in (pool, memory, stream, _driver):
+        monkeypatch.setattr(module, "driver", lambda: fake)
+    dev = FakeDevice()
+    assert not dev.memory_pool.stream_ordered and dev.memory_pool.reserved_bytes == 0
+    a = memory.DeviceArray(dev, (8,), "f32")
+    address = a.address
+    a.close()
+    assert fake.calls == [("cuMemAlloc", 32, 0), ("synchronize",), ("cuMemFree", address)]
+
+
+def test_trim_and_close(drv):
+    dev = FakeDevice()
+    dev.memory_pool.trim(1 << 20)
+    assert drv.calls[-1] == ("trim", 1 << 20)
+    for bad in (-1, True, 1.5):
+        with pytest.raises(ValueError, match="trim keeps a byte count >= 0"):
+            dev.memory_pool.trim(bad)
+    dev.memory_pool.close()
+    assert drv.calls[-1] == ("destroy pool",)
+
+
+def test_a_finalizer_that_fails_reports_and_does_not_raise(drv, capsys):
+    dev = FakeDevice()
+    a = memory.DeviceArray(dev, (8,), "f32", stream=7)
+
+    def broken(*args):
+        return (CUresult.CUDA_ERROR_OUT_OF_MEMORY,)
+
+    drv.cuMemFreeAsync = broken
+    a.close()  # the finalizer runs here
+    assert "runtime: freeing a DeviceArray of device 0 failed" in capsys.readouterr().err
+
+
+# --- the kind of array an op makes ----------------------------------------------------------
+
+
+class FakeTensor:
+    def __init__(self, shape, dtype="float32", index=0, stream_log=None):
+        self.shape, self.dtype, self.index = shape, dtype, index
+        self.device = f"cuda:{index}"
+        self.stream_log = stream_log
+
+    def get_device(self):
+        return self.index
+
+    def new_empty(self, shape):
+        self.stream_log.append(("new_empty", shape, FakeTorch.current))
+        return FakeTensor(shape, self.dtype, self.index, self.stream_log)
+
+    def data_ptr(self):
+        return 0x1000
+
+
+class FakeTorch(types.ModuleType):
+    current = 0
+    Tensor = FakeTensor
+
+    def __init__(self):
+        super().__init__("torch")
+        torch = self
+        self._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: FakeTorch.current)
+
+        class ExternalStream:
+            def __init__(self, handle, device=None):
+                self.handle = handle
+
+        class StreamContext:
+            def __init__(self, s):
+                self.s, self.old = s, None
+
+            def __enter__(self):
+                self.old, FakeTorch.current = FakeTorch.current, self.s.handle
+
+            def __exit__(self, *exc):
+                FakeTorch.current = self.old
+
+        self.cuda = types.SimpleNamespace(
+            ExternalStream=ExternalStream,
+            stream=StreamContext,
+            default_stream=lambda device: ExternalStream(0),
+        )
+        del torch
+
+
+def test_torch_in_torch_out_on_the_ops_stream(monkeypatch):
+    fake = FakeTorch()
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    log = []
+    like = FakeTensor((4, 6), stream_log=log)
+    assert outputs.array_kind(like) == "torch"
+    made, addresses = outputs.new_outputs(like, None, 0, [(4, 2), (4, 4)], ptxgen.resolve_dtype("f32"))
+    assert [m.shape for m in made] == [(4, 2), (4, 4)] and addresses == [0x1000, 0x1000]
+    assert log == [("new_empty", (4, 2), 0), ("new_empty", (4, 4), 0)]  # torch's current stream is the op's
+    log.clear()
+    outputs.new_outputs(like, None, 0x77, [(4, 2)], ptxgen.resolve_dtype("f32"))
+    assert log == [("new_empty", (4, 2), 0x77)]  # another stream: allocated as current there
+    assert FakeTorch.current == 0
+    log.clear()
+    FakeTorch.current = 0x99  # a side stream is torch's current one; the op runs on the default
+    outputs.new_outputs(like, None, 0, [(4, 2)], ptxgen.resolve_dtype("f32"))
+    assert log == [("new_empty", (4, 2), 0)] and FakeTorch.current == 0x99  # torch's default stream
+    FakeTorch.current = 0
+
+
+def test_anything_else_gets_the_devices_arrays():
+    class Device:
+        def __init__(self):
+            self.made = []
+
+        def empty(self, shape, dtype, *, stream=None):
+            self.made.append((shape, dtype.name, stream))
+            return types.SimpleNamespace(ptr=0x2000 + len(self.made))
+
+    dev = Device()
+
+    class Numba:
+        def __init__(self):
+            self.__cuda_array_interface__ = {}
+
+    assert outputs.array_kind(Numba()) == "device_array"
+    _made, addresses = outputs.new_outputs(Numba(), dev, 0x77, [(3,), (5,)], ptxgen.resolve_dtype("bf16"))
+    assert dev.made == [((3,), "bf16", 0x77), ((5,), "bf16", 0x77)] and addresses == [0x2001, 0x2002]
+
+
+def test_an_allocation_that_would_break_another_streams_capture_is_refused(drv):
+    dev = FakeDevice()
+    drv.capturing[0] = CUresult.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+    with pytest.raises(_driver.CudaError, match="cuStreamIsCapturing"):
+        memory.DeviceArray(dev, (16,), "u8")  # the legacy default stream
+    assert not any(c[0] == "alloc" for c in drv.calls)
+    memory.DeviceArray(dev, (16,), "u8", stream=7).close()  # another stream is fine
+
+
+def test_held_back_frees_are_all_tried_and_wait_for_their_streams(drv, capsys):
+    """Every held-back free is tried when the capture is over, a failing one is reported
+    and does not lose the rest, and each still waits for the streams its array was
+    recorded on; a free that would wait for a capturing stream is held back too."""
+    dev = FakeDevice()
+    arrays = [memory.DeviceArray(dev, (16,), "u8", stream=7) for _ in range(3)]
+    arrays[1].record_stream(9)
+    arrays[2].record_stream(9)
+    addresses = [a.address for a in arrays]
+    drv.capturing[7] = Status.CU_STREAM_CAPTURE_STATUS_ACTIVE  # made before: may not be freed in it
+    for a in arrays[:2]:
+        a.close()
+    del drv.capturing[7]
+    drv.capturing[9] = Status.CU_STREAM_CAPTURE_STATUS_ACTIVE  # its free would wait for a capture
+    arrays[2].close()
+    assert dev.memory_pool.deferred == 3 and not any(c[0] in ("record", "free") for c in drv.calls)
+    drv.capturing.clear()
+    real = drv.cuMemFreeAsync
+
+    def first_fails(address, s):
+        if address == addresses[0]:
+            return (CUresult.CUDA_ERROR_OUT_OF_MEMORY,)
+        return real(address, s)
+
+    drv.cuMemFreeAsync = first_fails
+    drv.calls.clear()
+    dev.memory_pool.release_deferred()  # reports, never raises into the call that released
+    assert "runtime: a held-back free on device 0 failed" in capsys.readouterr().err
+    assert drv.calls == [
+        ("record", 9), ("wait", 7, "event"), ("free", addresses[1], 7, "relaxed"),
+        ("record", 9), ("wait", 7, "event"), ("free", addresses[2], 7, "relaxed"),
+    ]  # fmt: skip
+    assert dev.memory_pool.deferred == 0
+
+
+def test_an_array_of_a_closed_stream_is_freed_after_its_last_event(drv, monkeypatch):
+    dev = FakeDevice()
+
+    class OwnStream:  # a runtime.Stream: open when the array is made, closed before it goes
+        closed = False
+        final_event = None
+
+    own = OwnStream()
+    monkeypatch.setattr(memory, "owning_stream", lambda handle: own if handle == 7 else None)
+    a = memory.DeviceArray(dev, (16,), "u8", stream=7)
+    own.closed, own.final_event = True, "last work"
+    drv.calls.clear()
+    address = a.address
+    del a
+    assert drv.calls == [("wait", 0, "last work"), ("free", address, 0, "relaxed")]

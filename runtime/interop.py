@@ -12,8 +12,7 @@ from __future__ import annotations
 import ctypes
 import math
 import threading
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ptxgen.dtypes import DType, dtype_from_dlpack, dtype_from_typestr
 
@@ -62,9 +61,10 @@ _api.PyCapsule_GetPointer.restype = ctypes.c_void_p
 _api.PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
 
 
-@dataclass(frozen=True)
-class ArrayInfo:
-    """What a launch needs to know of an array argument."""
+class ArrayInfo(NamedTuple):
+    """What a launch needs to know of an array argument. (A named tuple: read once or
+    twice per array of every call, and a frozen dataclass costs several times more to
+    make.)"""
 
     ptr: int
     dtype: DType | None  # None where the producer's element type is not one of ours
@@ -94,10 +94,15 @@ def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...] | None, items
 def _from_cai(cai: dict[str, Any]) -> ArrayInfo:
     typestr = cai.get("typestr", "?")
     dtype = dtype_from_typestr(typestr)
-    shape = tuple(int(s) for s in cai.get("shape", ()))
+    shape = cai.get("shape", ())
+    if shape.__class__ is not tuple or not all(s.__class__ is int for s in shape):
+        shape = tuple(int(s) for s in shape)
     strides = cai.get("strides")
-    width = typestr[2:]  # "<f4" -> "4"; used only when the dtype is not one of ours
-    itemsize = dtype.itemsize if dtype is not None else (int(width) if width.isdigit() else 0)
+    if dtype is not None:
+        itemsize = dtype.itemsize
+    else:  # "<V2" -> 2: used only where the dtype is not one of ours
+        width = typestr[2:]
+        itemsize = int(width) if width.isdigit() else 0
     ptr, readonly = cai["data"]
     if cai.get("mask") is not None:
         raise TypeError("masked arrays (__cuda_array_interface__ 'mask') cannot be passed to a kernel")
@@ -107,25 +112,16 @@ def _from_cai(cai: dict[str, Any]) -> ArrayInfo:
             raise TypeError(
                 f"__cuda_array_interface__ 'stream' must be None or a stream handle, not {stream!r}"
             )
-        stream = stream or 1  # v3 forbids 0 for its ambiguity; read it as the legacy default stream
+        stream = int(stream) or 1  # v3 forbids 0 for its ambiguity: the legacy default stream
     address = int(ptr or 0)
     if not 0 <= address < 1 << 64:
         raise TypeError(f"__cuda_array_interface__ 'data' holds {address}, which is not a 64-bit address")
     size = math.prod(shape)
-    contiguous = _c_contiguous(shape, tuple(strides) if strides else None, itemsize)
+    contiguous = strides is None or _c_contiguous(shape, tuple(strides), itemsize)
     return ArrayInfo(
-        ptr=address,
-        dtype=dtype,
-        dtype_text=typestr,
-        readonly=bool(readonly),
-        contiguous=contiguous,
-        device_id=None,
-        shape=shape,
-        size=size,
-        nbytes=size * itemsize,
-        stream=stream,
-        strides=None if contiguous else _element_strides(strides, itemsize),
-    )
+        address, dtype, typestr, bool(readonly), contiguous, None, shape, size, size * itemsize, stream,
+        None if contiguous else _element_strides(strides, itemsize),
+    )  # fmt: skip
 
 
 def _element_strides(byte_strides: Any, itemsize: int) -> tuple[int, ...] | None:

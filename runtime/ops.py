@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from ptxgen.dtypes import DTYPES, DType
+from ptxgen.dtypes import DTYPES, DType, dtype_from_typestr
 
 from . import launch as _launch
 from .arrays import allocation_of, dtype_of_torch, torch_dtype_table
@@ -33,7 +33,7 @@ from .interop import describe
 from .memory import DeviceArray
 from .outputs import array_kind, new_outputs
 from .plan import WIDE, DeviceTraits, Plan, Problem, Ptr, make_plan
-from .stream import order_after, stream_handle
+from .stream import order_after, stream_handle, trust_stream_handle
 from .strides import describe_order, in_order, memory_order, permuted
 
 __all__ = ["channel_cat_backward", "channel_cat_forward", "clear_plans", "plan_for"]
@@ -82,18 +82,18 @@ def _torch_tensor_class() -> type | None:
 
 
 def _torch_array(value: Any) -> _Array | None:
-    """A CUDA tensor read through torch's own attributes (no interface dict built), or
-    None when it is anything else: the general path then accepts it or says why not."""
+    """A CUDA tensor read through torch's own attributes (no interface dict built: torch's
+    own exports cost tens of µs), or None when it is anything else: the general path then
+    accepts it or says why not. Strides that are not dense in any order are kept (order
+    None): a pitched wide array, or the not-dense error of :func:`_recognise`."""
     try:
         dtype = dtype_of_torch(value.dtype)
         if dtype is None or not value.is_cuda:
             return None
         strides = order = None
-        if not value.is_contiguous():  # dense in another order (channels_last), or the general path
+        if not value.is_contiguous():  # dense in another order (channels_last), or pitched, or not dense
             strides = tuple(value.stride())
             order = memory_order(value.shape, strides)
-            if order is None:
-                return None
         # torch.Size is a tuple: kept as it is. A tensor that requires grad counts as
         # read-only: it may be read, but an op writing it would do so behind autograd.
         return _Array(
@@ -104,8 +104,48 @@ def _torch_array(value: Any) -> _Array | None:
         return None
 
 
-def _recognise(op: str, what: str, value: Any, stream: int) -> _Array:
-    """Read an array argument, or raise naming it and what is accepted."""
+def _cupy_array(value: Any) -> _Array | None:
+    """A CuPy array read through CuPy's own attributes, as Function.launch reads one:
+    its device from the array (no driver query for where its address lives), and the
+    stream its ``__cuda_array_interface__`` would name (CuPy's current one; its null
+    stream is the legacy default). None for what this does not take (a dtype CAI
+    cannot spell, such as bf16, or strides that are not dense): the interface, or
+    DLPack, then reads it or says why not."""
+    try:
+        dtype = dtype_from_typestr(value.dtype.str)
+        if dtype is None:
+            return None
+        shape = value.shape
+        strides = order = None
+        if not value.flags.c_contiguous and value.size:
+            itemsize = dtype.itemsize
+            if any(s % itemsize for s in value.strides):
+                return None
+            strides = tuple(s // itemsize for s in value.strides)
+            order = memory_order(shape, strides)
+            if order is None:
+                return None
+        producer = sys.modules["cupy"].cuda.get_current_stream().ptr
+        return _Array(
+            value, shape, dtype, int(value.data.ptr), False, None, value.device.id, value.nbytes,
+            trust_stream_handle(producer) if producer else 1, strides, order,
+        )  # fmt: skip
+    except Exception:  # an older CuPy, a subclass that behaves otherwise: the interface decides
+        return None
+
+
+def _not_dense(op: str, what: str, shape: tuple[int, ...], strides: Any) -> ValueError:
+    return ValueError(
+        f"{op}: {what} is not dense (shape {shape}, strides {strides}): the ops take row-major "
+        "arrays, dense ones in another memory order (channels_last) and, for the wide array (dy "
+        "of a split, out of a concat), a view of part of every row of a wider one (x[:, :96]); "
+        "not general strides; pass a copy (.contiguous() in torch, cupy.ascontiguousarray in CuPy)"
+    )
+
+
+def _recognise(op: str, what: str, value: Any, stream: int, wide: bool = False) -> _Array:
+    """Read an array argument, or raise naming it and what is accepted. ``wide``: the wide
+    array, which may be pitched (its strides are kept, for :func:`_wide_pitch`)."""
     cls = value.__class__
     if cls is DeviceArray:
         key = value.launch_key  # (device, dtype) while open and not empty
@@ -124,6 +164,13 @@ def _recognise(op: str, what: str, value: Any, stream: int) -> _Array:
         tensor = _torch_tensor_class()
     if tensor is not None and (cls is tensor or isinstance(value, tensor)):  # nn.Parameter too
         found = _torch_array(value)
+        if found is not None:
+            if found.strides is not None and found.order is None and not wide:
+                raise _not_dense(op, what, tuple(found.shape), found.strides)
+            return found
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(value, cupy.ndarray):
+        found = _cupy_array(value)
         if found is not None:
             return found
     if value is None or isinstance(value, (int, float, str, bytes, list, tuple)):
@@ -149,18 +196,55 @@ def _recognise(op: str, what: str, value: Any, stream: int) -> _Array:
     order = None
     if not info.contiguous:
         order = memory_order(shape, info.strides) if info.strides is not None else None
-        if order is None:
-            raise ValueError(
-                f"{op}: {what} is not dense (shape {shape}, strides {info.strides}): the ops take "
-                "row-major arrays and dense ones in another memory order (channels_last), not yet "
-                "pitched rows or general strides; pass a copy (.contiguous() in torch, "
-                "cupy.ascontiguousarray in CuPy)"
-            )
+        if order is None and not (wide and info.strides is not None):
+            raise _not_dense(op, what, shape, info.strides)
     nbytes = math.prod(shape) * info.dtype.itemsize
     return _Array(
         value, shape, info.dtype, info.ptr, info.readonly, None, info.device_id, nbytes, info.stream,
-        info.strides if order is not None else None, order,
+        info.strides if not info.contiguous else None, order,
     )  # fmt: skip
+
+
+def _row_pitch(shape: tuple[int, ...], strides: tuple[int, ...], axis: int) -> int | None:
+    """The elements from one row to the next of an array whose dims from ``axis`` on are
+    dense row-major and whose dims before it step as the rows of one row-major array of
+    that pitch; 0 for a single row; None for any other strides."""
+    inner = 1
+    for i in reversed(range(axis, len(shape))):
+        if shape[i] != 1 and strides[i] != inner:
+            return None
+        inner *= shape[i]
+    pitch = step = None  # the first outer dim above extent 1 sets the pitch; the rest follow it
+    for i in reversed(range(axis)):
+        if shape[i] == 1:
+            continue
+        if step is None:
+            pitch = step = strides[i]
+        elif strides[i] != step:
+            return None
+        step *= shape[i]
+    if pitch is None:
+        return 0
+    # a row must start past the one before it ends: no broadcast (stride 0), no overlap
+    return pitch if pitch >= max(inner, 1) else None
+
+
+def _wide_pitch(op: str, what: str, a: _Array, axis: int) -> int:
+    """The row pitch of the wide array ``a`` split or joined along ``axis`` where it is a
+    view of part of every row of a wider array (0 where its rows are packed or it is dense
+    in another order), or the error saying it is not dense. A pitched ``a`` is made to
+    read as row-major for the checks after, spanning every byte from its first element
+    to its last (the overlap check takes the gaps too)."""
+    if a.strides is None or a.order is not None:
+        return 0
+    pitch = _row_pitch(a.shape, a.strides, axis)
+    if pitch is None:
+        raise _not_dense(op, what, a.shape, a.strides)
+    rows, extent = math.prod(a.shape[:axis]), math.prod(a.shape[axis:])
+    a.strides = None
+    if rows and extent:
+        a.nbytes = ((rows - 1) * pitch + extent) * a.dtype.itemsize
+    return pitch if pitch != extent else 0
 
 
 def _check_dim(op: str, dim: Any, what: str, shape: tuple[int, ...]) -> int:
@@ -231,6 +315,11 @@ def _common_order(op: str, named: Sequence[tuple[str, _Array]]) -> tuple[int, ..
     first that lies otherwise. The kernels move them as the row-major arrays their
     memory holds. An extent of 1 lets an array fit several orders, so each array's own
     order is a candidate, and the first that all of them fit is taken."""
+    if all(a.strides is None for _, a in named):  # every array row-major: the common call
+        return None
+    first = named[0][1].order
+    if first is not None and all(a.order == first for _, a in named):
+        return first  # each is dense in its own order (memory_order said so): all in one
     candidates = list(dict.fromkeys(a.order for _, a in named if a.order is not None))
     for order in (*candidates, None):
         if all(in_order(a.shape, a.strides, order) for _, a in named):
@@ -242,8 +331,7 @@ def _common_order(op: str, named: Sequence[tuple[str, _Array]]) -> tuple[int, ..
     what, a = next((w, a) for w, a in named if not in_order(a.shape, a.strides, model.order))
     raise ValueError(
         f"{op}: {what} is {describe_order(a.order, len(a.shape))} and {model_what} is "
-        f"{describe_order(model.order, len(model.shape))}; give every array in one memory order "
-        "(pitched rows and general strides are not taken yet)"
+        f"{describe_order(model.order, len(model.shape))}; give every array in one memory order"
     )
 
 
@@ -428,52 +516,57 @@ class _Compiled:
         return found
 
 
-_INLINE_STEPS = 16  # steps written out in one function; a longer plan loops over them
+class _Steps:
+    """``launch(wide, piece_0, piece_1, ...)``: every step of a plan, as the raw launches
+    it was prepared with, each given its arguments: the step's scalars as planned, and
+    each pointer the base address of its array plus the step's byte offset.
+
+    The op has checked every array and computed every scalar itself, so the steps take
+    trusted ints (``PreparedLaunch.raw``). Streams went as raw handles at preparation,
+    so a stream object closed since cannot be launched on by mistake."""
+
+    __slots__ = ("_steps", "pieces")
+
+    def __init__(self, pieces: int, steps: list[tuple[Callable[..., None], tuple[Any, ...]]]) -> None:
+        self.pieces = pieces
+        # Per step: its raw launch, its arguments with every pointer left at 0, and where
+        # each pointer goes: (argument index, array, byte offset), array 0 the wide one.
+        self._steps = []
+        for raw, recipe in steps:
+            args = [0 if a.__class__ is tuple else a for a in recipe]
+            pointers = tuple((i, a[0], a[1]) for i, a in enumerate(recipe) if a.__class__ is tuple)
+            self._steps.append((raw, args, pointers))
+
+    def __call__(self, *bases: int) -> None:
+        if len(bases) != self.pieces + 1:
+            raise TypeError(f"launch takes the wide array and {self.pieces} pieces, not {len(bases)} arrays")
+        for raw, template, pointers in self._steps:
+            args = template.copy()
+            for i, array, offset in pointers:
+                args[i] = bases[array] + offset
+            raw(*args)
 
 
 def _launch_function(compiled: _Compiled, handle: int) -> Callable[..., None]:
     """Every step of ``compiled`` on the stream handle ``handle`` as one function of the
-    arrays' base addresses, ``launch(wide, piece_0, piece_1, ...)``.
-
-    The op has checked every array and computed every scalar itself, so the steps take
-    trusted ints (``PreparedLaunch.raw``). Their arguments are written out once as Python
-    source, ``raw0(p1, w + 64, 48, 80)``, so a call does no work beyond the additions.
-    Streams go as raw handles, so a stream object closed since cannot be launched on by
-    mistake.
-
-    Where the raw launches are compiled, the same steps go as data to
+    arrays' base addresses, ``launch(wide, piece_0, piece_1, ...)``: a :class:`_Steps`,
+    or where the raw launches are compiled, the same steps as data in
     ``runtime._fastlaunch.Steps`` (:func:`runtime.launch.compiled_steps`), which the ops'
-    C path calls with the addresses as C values; this function stays behind it for
+    C path calls with the addresses as C values, the :class:`_Steps` behind it for
     arguments it does not take."""
     npieces = len(compiled.plan.problem.extents)
-    pieces = "".join(f"p{i}, " for i in range(npieces))
-    calls = []
     recipes = []
     for fn, step in compiled.steps:
-        values = []
         recipe: list[Any] = []
         for a in step.args:
             if a.__class__ is Ptr:
                 array = int(a.array)
-                base = "w" if array == WIDE else f"p{array}"
-                values.append(f"{base} + {int(a.byte_offset)}" if a.byte_offset else base)
                 recipe.append((0 if array == WIDE else array + 1, int(a.byte_offset)))
             else:
-                values.append(str(int(a)))
                 recipe.append(int(a))
         raw = fn.prepare(step.grid, step.block, stream=handle, shared_mem=step.shared_mem).raw
-        calls.append((raw, ", ".join(values)))
         recipes.append((raw, tuple(recipe)))
-    if len(calls) <= _INLINE_STEPS:
-        body = "".join(f"    raw{i}({v})\n" for i, (_, v) in enumerate(calls))
-        source = f"def launch(w, {pieces}):\n" + (body or "    pass  # nothing to move\n")
-        names = {f"raw{i}": raw for i, (raw, _) in enumerate(calls)}
-    else:  # a plan cut into many launches: one short function each, called in turn
-        source = f"def launch(w, {pieces}):\n    for step in STEPS:\n        step(w, {pieces})\n"
-        names = {"STEPS": [eval(f"lambda w, {pieces}: raw({v})", {"raw": raw}) for raw, v in calls]}
-    namespace: dict[str, Any] = {}
-    exec(source, names, namespace)  # ints and names only: nothing to inject
-    python = namespace["launch"]
+    python = _Steps(npieces, recipes)
     steps = _launch.compiled_steps(npieces, recipes, python)
     return python if steps is None else steps
 
@@ -490,9 +583,11 @@ def _compiled(
     extents: tuple[int, ...],
     wide_align: int,
     aligns: tuple[int, ...],
+    pitch: int = 0,
 ) -> _Compiled:
-    """The plan for this problem on ``device``, made and loaded at its first call."""
-    key = (op, dtype.name, rows, extents, wide_align, aligns)
+    """The plan for this problem on ``device``, made and loaded at its first call
+    (``pitch``: the wide array's row pitch in elements where it is a view, else 0)."""
+    key = (op, dtype.name, rows, extents, wide_align, aligns, pitch)
     per_device = _plans.get(device)
     if per_device is not None:
         found = per_device.get(key)
@@ -502,7 +597,7 @@ def _compiled(
         per_device = _plans.setdefault(device, {})
         found = per_device.get(key)
         if found is None:
-            problem = Problem(op, dtype, rows, extents, wide_align, aligns)
+            problem = Problem(op, dtype, rows, extents, wide_align, aligns, pitch)
             found = per_device[key] = _Compiled(device, make_plan(problem, DeviceTraits.of(device)))
         return found
 
@@ -845,8 +940,9 @@ def channel_cat_backward(
         made = _backward_fresh(dy, sizes, dim, handle)
         if made is not None:
             return made
-    src = _recognise(op, "dy", dy, handle)
+    src = _recognise(op, "dy", dy, handle, wide=True)
     split = _split_shape(op, src.shape, sizes, dim)
+    pitch = _wide_pitch(op, "dy", src, split.axis)
     dtype = src.dtype
     if src.nbytes and src.ptr % dtype.itemsize:
         _check_aligned(op, "dy", src)
@@ -894,7 +990,7 @@ def channel_cat_backward(
     )  # fmt: skip
     # the addresses modulo 16 the plan is made for
     aligns = tuple([b & 15 for b in bases])
-    compiled = _compiled(device, "backward", dtype, moved.rows, moved.extents, src.ptr & 15, aligns)
+    compiled = _compiled(device, "backward", dtype, moved.rows, moved.extents, src.ptr & 15, aligns, pitch)
     compiled.launcher(handle)(src.ptr, *bases)
     return results
 
@@ -933,9 +1029,11 @@ def channel_cat_forward(xs: Sequence[Any], dim: int = 1, *, out: Any = None, str
         if a.nbytes and a.ptr % dtype.itemsize:
             _check_aligned(op, what, a)
     dst = None
+    pitch = 0
     if out is not None:
-        dst = _recognise(op, "out", out, handle)
+        dst = _recognise(op, "out", out, handle, wide=True)
         _check_out(op, "out", dst, join.shape, dtype, f"the inputs joined along dim {join.axis}")
+        pitch = _wide_pitch(op, "out", dst, join.axis)
         named.append(("out", dst))
         _check_no_overlap(op, named, len(named) - 1)
     order = _common_order(op, named)
@@ -957,7 +1055,7 @@ def channel_cat_forward(xs: Sequence[Any], dim: int = 1, *, out: Any = None, str
     moved = join if order is None else _join_shape(
         op, [permuted(a.shape, order) for _, a in named[:inputs]], order.index(join.axis)
     )  # fmt: skip
-    compiled = _compiled(device, "forward", dtype, moved.rows, moved.extents, wide & 15, aligns)
+    compiled = _compiled(device, "forward", dtype, moved.rows, moved.extents, wide & 15, aligns, pitch)
     bases = [a.ptr for _, a in named[:inputs]]
     compiled.launcher(handle)(wide, *bases)
     return result

@@ -37,8 +37,6 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ._driver import check, driver, error_strings, raise_error
@@ -317,18 +315,25 @@ class MemoryPool:
         return f"<runtime.MemoryPool of device {self.device.ordinal} ({kind})>"
 
 
-@contextmanager
-def relaxed_capture_mode(drv: Any) -> Iterator[None]:
+class relaxed_capture_mode:  # lower case: used as a function, ``with relaxed_capture_mode(drv):``
     """The calling thread in relaxed capture mode for the calls inside. While another
     stream captures in global mode (torch's default), any stream-ordered allocation or
     free on a stream outside that capture is refused as unsafe and invalidates the
-    capture; in relaxed mode the thread may make them (they touch no capturing stream)."""
-    mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
-    old = check("cuThreadExchangeStreamCaptureMode", drv.cuThreadExchangeStreamCaptureMode(mode))
-    try:
-        yield
-    finally:
-        drv.cuThreadExchangeStreamCaptureMode(old)
+    capture; in relaxed mode the thread may make them (they touch no capturing stream).
+    (A class, not a generator: every allocation and free enters it.)"""
+
+    __slots__ = ("_drv", "_old")
+
+    def __init__(self, drv: Any) -> None:
+        self._drv = drv
+
+    def __enter__(self) -> None:
+        drv = self._drv
+        mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+        self._old = check("cuThreadExchangeStreamCaptureMode", drv.cuThreadExchangeStreamCaptureMode(mode))
+
+    def __exit__(self, *exc: object) -> None:
+        self._drv.cuThreadExchangeStreamCaptureMode(self._old)
 
 
 def _capturing(drv: Any, stream: int) -> bool:

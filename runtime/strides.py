@@ -27,10 +27,26 @@ __all__ = [
 ]
 
 
+_ORDERS_KEPT = 4096  # remembered (shape, strides); past this the table starts over
+_orders: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, ...] | None] = {}
+
+
 def memory_order(shape: Sequence[int], strides: Sequence[int]) -> tuple[int, ...] | None:
     """The order of a dense array's dims in memory (outermost first), or None where the
     strides (in elements) leave gaps, overlap or repeat (a sliced, expanded or
-    pitched array)."""
+    pitched array). Remembered per shape and strides: a model passes a few, every call."""
+    key = (tuple(shape), tuple(strides))
+    try:
+        return _orders[key]
+    except KeyError:
+        pass
+    if len(_orders) >= _ORDERS_KEPT:
+        _orders.clear()
+    found = _orders[key] = _memory_order(*key)
+    return found
+
+
+def _memory_order(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...] | None:
     if len(shape) != len(strides):
         return None
     if 0 in shape:
@@ -90,7 +106,10 @@ def inverse(order: Sequence[int]) -> tuple[int, ...]:
 
 def in_order(shape: Sequence[int], strides: Sequence[int] | None, order: Sequence[int] | None) -> bool:
     """Whether an array of ``shape`` and ``strides`` (None: row-major) is dense in
-    ``order`` (None: row-major). Dims of extent 1 may have any stride."""
+    ``order`` (None: row-major). Dims of extent 1 may have any stride, and an empty
+    array is in every order (nothing of it is in memory)."""
+    if 0 in shape:
+        return True
     have = strides if strides is not None else dense_strides(shape, range(len(shape)))
     want = dense_strides(shape, order if order is not None else range(len(shape)))
     return all(h == w for n, h, w in zip(shape, have, want) if n != 1)

@@ -14,7 +14,10 @@ the C program and the Python op run the same plan; examples/c is built with the 
 compiler. For every case, timed the same way on both sides (scripts/bench_ops.py's method):
 
   * ``c_us`` / ``python_us``: GPU time, CUDA events around one op, the L2 flushed before it
-    (the C program writes a 256 MB buffer, bench_ops reads one); the median;
+    the same way on both sides: ``cuMemsetD8Async`` of a 256 MB buffer to the repetition's
+    number, on the op's stream (a write leaves the L2 dirty, and an op after it pays for
+    writing it back; in the record of 2026-12-01 the Python side flushed by a read and the
+    C op, on the same plans, measured 0.90-1.18x the Python op's time); the median;
   * ``c_host_us`` / ``python_host_us``: host time of one call, the device idle before; the
     median (the C program's launches are planned once per shape and replayed, as the Python
     op's plan is made once per shape);
@@ -46,6 +49,7 @@ OUT = ROOT / "docs" / "perf" / "embed.json"
 EXAMPLE = ROOT / "examples" / "c"
 SWEEP_SHAPES, SWEEP_SEED = 10, 25  # 10 shapes as a split and a concat: 20 cases
 GPU_RATIO = 1.03  # the C op's GPU time may be at most this times the Python op's
+FLUSH_BYTES = 256 << 20  # the C program's flush buffer (examples/c: time_op)
 
 
 def embed_cases(sweep_shapes: int = SWEEP_SHAPES, seed: int = SWEEP_SEED) -> list[dict[str, Any]]:
@@ -99,6 +103,22 @@ def check_targets(record: dict[str, Any]) -> list[str]:
             c_host, python_host = c["c_host_us"], c["python_host_us"]
             misses.append(f"{name}: C host {c_host:.2f} us > Python host {python_host:.2f} us")
     return misses
+
+
+def write_flush(torch: Any) -> Any:
+    """The C program's L2 flush (``time_op``), made from Python: ``flush(rep)`` sets every
+    byte of a 256 MB buffer to ``rep % 256`` with ``cuMemsetD8Async`` on torch's stream."""
+    from cuda.bindings import driver
+
+    buffer = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+
+    def flush(rep: int) -> None:
+        stream = driver.CUstream(torch.cuda.current_stream().cuda_stream)
+        (err,) = driver.cuMemsetD8Async(buffer.data_ptr(), rep % 256, FLUSH_BYTES, stream)
+        if err:
+            raise SystemExit(f"bench_embed: the L2 flush's cuMemsetD8Async failed: {err!r}")
+
+    return flush
 
 
 def _build_example(build: Path) -> Path:
@@ -174,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         shapes = [OpShape(c["op"], c["dtype"], tuple(c["sizes"])) for c in cases]
         write_op_bundle(shapes, traits, work / "ops")
         program = _build_example(work / "build")
-        bench = Bench(torch, reps=reps, warmup=10)
+        bench = Bench(torch, reps=reps, warmup=10, flush=write_flush(torch))
         results = []
         for case in cases:
             checked = _run_c(program, work / "ops", case)

@@ -77,3 +77,18 @@ def check_kernel(dev, kernel, rng, n_spatial: int, chunk_c: int, c_total: int, o
             want[:, offset : offset + chunk_c] = src
         problem = first_mismatch(got, want)
         assert not problem, f"{kernel!r} n_spatial={n_spatial} chunk_c={chunk_c} offset={offset}: {problem}"
+
+
+def replay_on_new_data(rng, graph, stream, xs, y, pieces, dtype: str, trials: int = 3) -> None:
+    """Replay a graph that concatenated the DeviceArrays ``xs`` into ``y`` and split ``y``
+    back into ``pieces``, each time on fresh random bits copied into ``xs``: every element
+    of ``y`` and of every piece checked after each replay."""
+    for trial in range(trials):
+        new = [random_bits(rng, x.shape, dtype) for x in xs]
+        for x, bits in zip(xs, new):
+            x.copy_from_host(bits)
+        graph.launch()
+        stream.synchronize()
+        assert np.array_equal(y.to_numpy(bits=True), np.concatenate(new, axis=1)), trial
+        for p, bits in zip(pieces, new):
+            assert np.array_equal(p.to_numpy(bits=True), bits), trial

@@ -169,7 +169,9 @@ class _Program:
         self.labels: dict[str, int] = {}
         for lineno, raw in enumerate(body.splitlines(), 1):
             line = raw.split("//")[0].strip()
-            if not line or line.startswith((".reg", ".shared", ".maxntid", ".minnctapersm", "{", "}")):
+            if not line or line.startswith(
+                (".reg", ".shared", ".maxntid", ".reqntid", ".minnctapersm", "{", "}")
+            ):
                 continue
             if line.endswith(":"):
                 self.labels[line[:-1]] = len(self.insts)
@@ -450,6 +452,11 @@ class _Thread:
                 sel = (c >> (4 * i)) & 7
                 r |= ((pool >> (8 * sel)) & 0xFF) << (8 * i)
             self.set(a[0], r, "u32")
+        elif head == "shf":  # shf.{l,r}.{clamp,wrap}.b32 d, a, b, n: the pair {b, a} shifted
+            lo, hi, n = self.val(a[1], "u32"), self.val(a[2], "u32"), self.val(a[3], "u32")
+            n = min(n, 32) if op[2] == "clamp" else n & 31
+            pair = lo | (hi << 32)
+            self.set(a[0], (pair >> n) if op[1] == "r" else (pair << n) >> 32, "u32")
         elif head == "cp" and op[1] == "async":
             if op[2] in ("commit_group", "wait_group"):
                 return

@@ -168,3 +168,96 @@ def test_gather_plans_move_their_piece_and_nothing_else(case):
     want = wide_bytes.reshape(rows, pitch)[:, lo : lo + extents[index] * d.itemsize]
     got = np.frombuffer(mem.read(piece, want.size), np.uint8).reshape(want.shape)
     assert np.array_equal(got, want)
+
+
+# (op, dtype, rows, extents, gap in elements after them in every wide row, misalignments)
+PITCHED = [
+    ("backward", "u8", 5, (3, 17, 6), 7, 3, (1, 0, 5)),
+    ("forward", "f16", 4, (5, 1, 8), 3, 2, (6, 2, 0)),
+    ("backward", "f64", 3, (2, 3, 1), 1, 8, (8, 0, 8)),
+    ("forward", "u8", 9, (1, 3), 4, 0, (0, 0)),  # short rows, but not whole ones: no rowpack
+]
+
+
+@pytest.mark.parametrize("case", PITCHED, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}x{c[3]}+{c[4]}")
+def test_pitched_wide_arrays_move_their_bytes_and_leave_the_gaps(case):
+    """The wide array a view of the first columns of a wider one (``x[:, :n]``): allocated
+    exactly to its last row's last element, so a byte read or written past it raises; a
+    concat leaves every gap byte as it was."""
+    op, dtype, rows, extents, gap, wide_mis, piece_mis = case
+    d = ptxgen.resolve_dtype(dtype)
+    extent = sum(extents)
+    problem = Problem(op, d, rows, extents, wide_align=wide_mis, piece_aligns=piece_mis, pitch=extent + gap)
+    p = make_plan(problem, DeviceTraits(arch="sm_90"))
+    assert p.variants == ("fused",)
+    assert not any(step.kernel.name.startswith("fastcat_rowpack") for step in p.steps)
+    rng = np.random.default_rng(11)
+    pitch, used_bytes = (extent + gap) * d.itemsize, extent * d.itemsize
+    size = (rows - 1) * pitch + used_bytes
+    mem = Memory()
+    wide = mem.alloc(size, misalign=wide_mis)
+    pieces = [mem.alloc(rows * e * d.itemsize, misalign=m) for e, m in zip(extents, piece_mis)]
+    wide_bytes = rng.integers(0, 256, size, dtype=np.uint8)
+    piece_bytes = [rng.integers(0, 256, rows * e * d.itemsize, dtype=np.uint8) for e in extents]
+    mem.write(wide, wide_bytes.tobytes())
+    if op == "forward":
+        for ptr, data in zip(pieces, piece_bytes):
+            mem.write(ptr, data.tobytes())
+    _run(problem, p.steps, {WIDE: wide, **dict(enumerate(pieces))}, mem)
+    padded = np.concatenate(
+        [np.frombuffer(mem.read(wide, size), np.uint8), np.zeros(pitch - used_bytes, np.uint8)]
+    )
+    got_rows = padded.reshape(rows, pitch)
+    offsets = np.cumsum((0, *extents)) * d.itemsize
+    if op == "backward":
+        for i, ptr in enumerate(pieces):
+            got = np.frombuffer(mem.read(ptr, rows * extents[i] * d.itemsize), np.uint8)
+            want = np.concatenate([wide_bytes, np.zeros(pitch - used_bytes, np.uint8)]).reshape(rows, pitch)
+            assert np.array_equal(got.reshape(rows, -1), want[:, offsets[i] : offsets[i + 1]]), i
+    else:
+        want = np.concatenate([b.reshape(rows, -1) for b in piece_bytes], axis=1)
+        assert np.array_equal(got_rows[:, :used_bytes], want)
+        before = np.concatenate([wide_bytes, np.zeros(pitch - used_bytes, np.uint8)]).reshape(rows, pitch)
+        assert np.array_equal(got_rows[:, used_bytes:], before[:, used_bytes:])  # the gaps untouched
+
+
+def test_a_pitch_below_the_rows_extent_is_refused_and_a_packed_one_is_the_same_problem():
+    f32 = ptxgen.resolve_dtype("f32")
+    with pytest.raises(ValueError, match="pitch 9 is less than the wide array's 10 elements a row"):
+        Problem("backward", f32, 4, (4, 6), pitch=9)
+    assert Problem("backward", f32, 4, (4, 6), pitch=10) == Problem("backward", f32, 4, (4, 6))
+
+
+def test_a_pitched_problem_planned_a_piece_at_a_time_stays_inside_the_view():
+    """The per-piece table (the benchmark's, the per-piece GPU tests'): a gather reads
+    whole rows of the wide side, so the pieces of a view go to the seed kernel, which
+    touches only their elements; the allocation ends at the view's last element."""
+    d = ptxgen.resolve_dtype("u8")
+    rows, extents, gap = 40, (3, 17, 6), 9
+    problem = Problem("backward", d, rows, extents, pitch=sum(extents) + gap)
+    p = make_plan(problem, DeviceTraits(arch="sm_90"), [plan.FASTCAT_CHUNK, plan.SEED])
+    assert p.variants == ("seed",) * len(extents)
+    pitch, used = sum(extents) + gap, sum(extents)
+    size = (rows - 1) * pitch + used
+    mem = Memory()
+    wide = mem.alloc(size)
+    pieces = [mem.alloc(rows * e) for e in extents]
+    data = np.random.default_rng(5).integers(0, 256, size, dtype=np.uint8)
+    mem.write(wide, data.tobytes())
+    arrays = {WIDE: wide, **dict(enumerate(pieces))}
+    for step in p.steps:  # the seed kernel is not grid-stride: its whole grid
+        values = [arrays[a.array] + a.byte_offset if isinstance(a, Ptr) else a for a in step.args]
+        run_kernel(step.kernel, step.grid, dict(zip(step.kernel.arg_names, values)), mem)
+    as_rows = np.concatenate([data, np.zeros(pitch - used, np.uint8)]).reshape(rows, pitch)
+    for i, ptr in enumerate(pieces):
+        lo = sum(extents[:i])
+        got = np.frombuffer(mem.read(ptr, rows * extents[i]), np.uint8).reshape(rows, -1)
+        assert np.array_equal(got, as_rows[:, lo : lo + extents[i]]), i
+
+
+def test_plans_for_every_row_count_are_of_packed_arrays():
+    from ptxgen.kernels.plan import symbolic_plans
+
+    f32 = ptxgen.resolve_dtype("f32")
+    with pytest.raises(ValueError, match="packed wide arrays; this one has a row pitch"):
+        symbolic_plans(Problem("backward", f32, 0, (4, 6), pitch=12), DeviceTraits(arch="sm_90"))

@@ -172,6 +172,11 @@ SIM_CASES = [
     (40, (17, 40, 23), (1, 2), 7, (1, 2, 3)),
     (1, (3, 5), (0, 1), 13, (3, 5)),
     (23, (2, 6, 10), (0, 1), 2, (2, 6, 14)),
+    # pieces wider than a vector at granules 1 and 2, the runs starting at every byte of a word
+    (11, (33, 70, 29), (0, 2), 1, (1, 3, 2)),
+    (23, (18, 46, 30), (0, 2), 2, (2, 6, 10)),
+    (29, (12, 40, 20), (0, 2), 4, (4, 8, 12)),  # granule 4
+    (19, (24, 40, 16), (0, 2), 8, (8, 0, 8)),  # granule 8
 ]
 
 
@@ -183,11 +188,15 @@ def _sim_jobs():
             loaders = ["regs"] + (["cp.async"] if direction == "forward" else [])
             loaders += ["bulk"] if direction == "backward" and whole else []
             for loader in loaders:
-                yield case, direction, loader
+                yield case, direction, loader, False
+                # A view of part of every row (the ops' pitched arrays): the array ends
+                # with its last row's chunks, so row_bytes is short of rows * pitch.
+                if not whole:
+                    yield case, direction, loader, True
 
 
-@pytest.mark.parametrize("case, direction, loader", list(_sim_jobs()))
-def test_footprint_is_exact_and_nothing_outside_is_touched(case, direction, loader):
+@pytest.mark.parametrize("case, direction, loader, view", list(_sim_jobs()))
+def test_footprint_is_exact_and_nothing_outside_is_touched(case, direction, loader, view):
     rows, widths, (first, last), row_mod, mods = case
     pitch = sum(widths)
     offs = [sum(widths[:k]) for k in range(len(widths))]
@@ -196,7 +205,8 @@ def test_footprint_is_exact_and_nothing_outside_is_touched(case, direction, load
     whole = first == 0 and last == len(widths) - 1
     kernel = FastcatTile(direction=direction, chunks=len(ids), granule=g, whole_rows=whole, unroll=1, block=64,
                          loader=loader, target="sm_90")  # fmt: skip
-    scalars = {"row_bytes": rows * pitch, "row_pitch": pitch, "rows": rows}
+    row_bytes = (rows - 1) * pitch + offs[last] + widths[last] if view else rows * pitch
+    scalars = {"row_bytes": row_bytes, "row_pitch": pitch, "rows": rows}
     for n, k in enumerate(ids):
         scalars |= {f"chunk{n}_off": offs[k], f"chunk{n}_width": widths[k]}
     grid = 3

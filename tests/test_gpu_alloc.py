@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from gpu_util import random_bits
+from gpu_util import random_bits, replay_on_new_data
 
 import ptxgen
 import runtime
@@ -255,15 +255,7 @@ def test_allocating_ops_in_a_runtime_graph_replay_on_new_data(dev, rng):
     with runtime.Graph(s) as graph:
         y = runtime.channel_cat_forward(xs, 1, stream=s)  # an allocation node of the graph
         pieces = runtime.channel_cat_backward(y, [3, 61, 32], 1, stream=s)
-    for trial in range(3):
-        new = [random_bits(rng, shape, "bf16") for shape in shapes]
-        for x, bits in zip(xs, new):
-            x.copy_from_host(bits)
-        graph.launch()
-        s.synchronize()
-        assert np.array_equal(y.to_numpy(bits=True), np.concatenate(new, axis=1)), trial
-        for p, bits in zip(pieces, new):
-            assert np.array_equal(p.to_numpy(bits=True), bits), trial
+    replay_on_new_data(rng, graph, s, xs, y, pieces, "bf16")
 
 
 def test_allocating_ops_in_a_torch_graph_replay_on_new_data(dev, torch, rng):

@@ -1,5 +1,6 @@
 """Arrays in another memory order on the GPU: channels_last and other dense permutations
-through the fused kernels, results that keep the order, and what is still refused.
+through the fused kernels, results that keep the order; wide arrays that are views of
+part of every row of a wider one (pitched rows); and what is still refused.
 
 Inputs are fresh random bits; outputs are poisoned before each call and compared bit
 for bit with torch's own split and cat.
@@ -80,10 +81,42 @@ def test_what_is_still_refused_writes_nothing(dev, torch):
         runtime.channel_cat_backward(dy, [16, 16], 1, out=row_major)
     wide = torch.full((64, 64), 7.0, device="cuda")
     with pytest.raises(ValueError, match=r"dy is not dense"):
-        runtime.channel_cat_backward(wide[:, :48], [16, 32], 1)  # pitched rows
+        runtime.channel_cat_backward(wide[:, ::2], [16, 16], 1)  # every other column
     with pytest.raises(ValueError, match=r"is not dense"):
         runtime.channel_cat_backward(wide[:1].expand(64, 64), [16, 48], 1)  # expanded
     da = dev.empty((4, 8), "f32")
     torch.cuda.synchronize()
     assert all(bool((o == 7.0).all()) for o in row_major) and bool((wide == 7.0).all())
     da.close()
+
+
+@pytest.mark.parametrize("dtype", ["u8", "bf16", "f32", "f64"])
+@pytest.mark.parametrize(
+    "rows, sizes, gap, where",
+    [
+        (6400, (3, 61, 32), 7, "first"),  # small: direct copies
+        (40_000, (37, 50, 41), 13, "last"),  # tiles; the view ends where its buffer ends
+        (2_000, (64, 64), 64, "middle"),
+    ],
+)
+def test_pitched_views_split_and_concat_leaving_every_other_byte(dev, torch, dtype, rows, sizes, gap, where):
+    """``x[:, off:off + extent]`` of a (rows, extent + gap) tensor split, and a concat into
+    such a view of a poisoned buffer: every element where it belongs, and every byte of
+    the buffer outside the view as it was (the gaps and, with the view at either end,
+    the guard columns)."""
+    extent = sum(sizes)
+    off = {"first": 0, "last": gap, "middle": gap // 2}[where]
+    full = random_tensor(torch, (rows, extent + gap), dtype)
+    view = full[:, off : off + extent]
+    pieces = runtime.channel_cat_backward(view, list(sizes), 1)
+    torch.cuda.synchronize()
+    for got, want in zip(pieces, torch.split(view, list(sizes), 1)):
+        assert same_bits(torch, got, want)
+    target = random_tensor(torch, (rows, extent + gap), dtype)
+    before = target.clone()
+    out = target[:, off : off + extent]
+    assert runtime.channel_cat_forward(pieces, 1, out=out) is out
+    torch.cuda.synchronize()
+    assert same_bits(torch, out, view)
+    assert same_bits(torch, target[:, :off], before[:, :off])
+    assert same_bits(torch, target[:, off + extent :], before[:, off + extent :])

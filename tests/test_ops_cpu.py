@@ -5,6 +5,7 @@ launch contract in numpy."""
 from __future__ import annotations
 
 import math
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -71,7 +72,12 @@ BACKWARD_CASES = [
     ((np.zeros((4, 10)), [4, 6]), {}, TypeError, "dy: ndarray lives in host (CPU) memory"),
     ((None, [4, 6]), {}, TypeError, "dy must be a device array (runtime.DeviceArray, or an object with __cuda_array_interface__"),
     (([1, 2], [1, 1]), {}, TypeError, "not list"),
-    ((FakeArray((4, 10), strides=(48, 4)), [4, 6]), {}, ValueError, "dy is not dense (shape (4, 10), strides (12, 1)): the ops take row-major arrays and dense ones in another memory order (channels_last), not yet pitched rows or general strides"),
+    ((FakeArray((4, 10), strides=(80, 8)), [4, 6]), {}, ValueError, "dy is not dense (shape (4, 10), strides (20, 2)): the ops take row-major arrays, dense ones in another memory order (channels_last) and, for the wide array (dy of a split, out of a concat), a view of part of every row of a wider one (x[:, :96]); not general strides"),
+    ((FakeArray((4, 10), strides=(36, 4)), [4, 6]), {}, ValueError, "dy is not dense (shape (4, 10), strides (9, 1))"),  # rows overlap
+    ((FakeArray((3, 10), strides=(0, 4)), [4, 6]), {}, ValueError, "dy is not dense (shape (3, 10), strides (0, 1))"),  # broadcast rows
+    ((FakeArray((2, 3, 10), strides=(40, 0, 4)), [4, 6], -1), {}, ValueError, "dy is not dense (shape (2, 3, 10), strides (10, 0, 1))"),
+    ((DY, [4, 6]), {"out": [FakeArray((4, 4, 3), ptr=1 << 44, strides=(96, 12, 4)), FakeArray((4, 6, 3), ptr=1 << 45)]},
+     ValueError, "out[0] is not dense (shape (4, 4, 3), strides (24, 3, 1))"),  # pieces are packed
     ((FakeArray((4, 10), strides=(4, 16)), [4, 6]), {}, ValueError, "dy is memory order (1, 0), and its results would be runtime.DeviceArrays, which are row-major; pass out= arrays in its memory order"),
     ((FakeArray((4, 10), ptr=0x7F00_0000_0002), [4, 6]), {}, ValueError, "dy starts at address 0x7f0000000002, not a multiple of its element size (4 bytes for f32)"),
     ((DY, [4, 6]), {"out": FakeArray((4, 4, 3))}, TypeError, "out must be a list or tuple of arrays, not FakeArray"),
@@ -450,6 +456,29 @@ def _channels_last(emulated, shape, dtype, data=None):
     return FakeArray(shape, dtype, ptr=a.ptr, strides=(h * w * c * isz, isz, w * c * isz, c * isz))
 
 
+def test_a_view_of_part_of_every_row_is_split_and_joined_with_its_gaps_left(emulated):
+    """A wide array that is a view of columns [off, off + extent) of a wider one, in any
+    rank: the rows step by the wider one's pitch; a concat into such a view writes its
+    columns only, every other byte of the wider array as it was."""
+    rng = np.random.default_rng()
+    for shape, off, pitch, sizes, dim in (((6, 10), 3, 16, [4, 6], 1), ((2, 3, 7), 0, 9, [5, 2], -1)):
+        rows, extent = math.prod(shape[: dim % len(shape)]), math.prod(shape[dim % len(shape) :])
+        full = rng.integers(0, 2**15, (rows, pitch), dtype=np.int16)
+        base = emulated.array((rows, pitch), "i16", full)
+        strides = [2 * pitch] if len(shape) == 2 else [2 * pitch * shape[1], 2 * pitch]
+        view = FakeArray(shape, "i16", ptr=base.ptr + 2 * off, strides=(*strides, 2))
+        want = full[:, off : off + extent].reshape(shape)
+        pieces = runtime.channel_cat_backward(view, sizes, dim)
+        for got, w in zip(pieces, np.split(want, np.cumsum(sizes)[:-1], axis=dim)):
+            assert np.array_equal(emulated.read(got, np.int16), w)
+        target = emulated.array((rows, pitch), "i16", np.full((rows, pitch), 77, np.int16))
+        out = FakeArray(shape, "i16", ptr=target.ptr + 2 * off, strides=(*strides, 2))
+        assert runtime.channel_cat_forward(pieces, dim, out=out) is out
+        written = emulated.read(target, np.int16)
+        assert np.array_equal(written[:, off : off + extent].reshape(shape), want)
+        assert (written[:, :off] == 77).all() and (written[:, off + extent :] == 77).all()
+
+
 def _logical(emulated, a, np_dtype):
     """A channels_last FakeArray's elements in logical (N, C, H, W) order."""
     n, c, h, w = a.shape
@@ -510,8 +539,8 @@ def test_a_shape_is_planned_once_and_replanned_for_new_alignments(emulated, monk
 def test_grids_past_the_device_limit_become_several_launches(
     monkeypatch, fresh_plans, rows_per_launch, launches
 ):
-    """23 rows cut into launches of a few rows each, for each piece; 46 launches are more
-    than the op writes out in one function (ops._INLINE_STEPS), so it loops over them."""
+    """23 rows cut into launches of a few rows each, for each piece, all of them made by
+    the op's one call, in order."""
     monkeypatch.setattr(plan, "VARIANTS", [plan.SEED])  # the seed's grid limits are what is tested
     device = EmulatedDevice(max_grid_x=rows_per_launch)
     monkeypatch.setattr(ops, "_device_for", lambda op, named: device)
@@ -520,7 +549,6 @@ def test_grids_past_the_device_limit_become_several_launches(
     assert np.array_equal(device.read(pieces[0], np.uint64), data[:, :39])
     assert np.array_equal(device.read(pieces[1], np.uint64), data[:, 39:])
     assert len(device.launches) == launches
-    assert (launches > ops._INLINE_STEPS) == (rows_per_launch == 1)
 
 
 def test_a_remembered_shape_still_refuses_bools(emulated):
@@ -971,3 +999,110 @@ def test_an_extent_of_1_does_not_decide_the_memory_order(emulated):
         y = _channels_last(emulated, (2, 3, 4, 6), "i16")
         assert runtime.channel_cat_forward(xs, 3, out=y) is y
         assert np.array_equal(_logical(emulated, y, np.int16), np.concatenate([first, second], axis=3))
+
+
+# --- CuPy arrays, read through CuPy's own attributes ---------------------------------------
+
+
+class _StandInCupy:
+    """Enough of CuPy for the ops' reader: ``ndarray``, and ``cuda.get_current_stream``."""
+
+    def __init__(self, current_stream=0):
+        stream = SimpleNamespace(ptr=current_stream)
+        self.cuda = SimpleNamespace(get_current_stream=lambda: stream)
+
+        class ndarray:  # CuPy's name
+            def __init__(self, shape, typestr, ptr, device=0, strides=None):
+                itemsize = int(typestr[2:])
+                self.shape, self.size = tuple(shape), math.prod(shape)
+                self.dtype = SimpleNamespace(str=typestr)
+                self.nbytes = self.size * itemsize
+                dense = tuple(math.prod(shape[i + 1 :]) * itemsize for i in range(len(shape)))
+                self.strides = strides or dense
+                self.flags = SimpleNamespace(c_contiguous=self.strides == dense)
+                self.data = SimpleNamespace(ptr=ptr)
+                self.device = SimpleNamespace(id=device)
+
+            @property
+            def __cuda_array_interface__(self):
+                raise AssertionError("read through its attributes, not the interface")
+
+        self.ndarray = ndarray
+
+
+def test_a_cupy_array_is_read_from_its_attributes_with_its_device_and_stream(monkeypatch):
+    cupy = _StandInCupy()
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    a = ops._recognise("op", "dy", cupy.ndarray((6, 10), "<f4", 1 << 40, device=1), 0)
+    assert (a.shape, a.dtype.name, a.ptr, a.ordinal, a.nbytes) == ((6, 10), "f32", 1 << 40, 1, 240)
+    assert a.stream == 1 and a.strides is None and a.order is None  # the null stream: legacy
+    cupy_on_stream = _StandInCupy(current_stream=0x5000)
+    monkeypatch.setitem(sys.modules, "cupy", cupy_on_stream)
+    b = ops._recognise("op", "dy", cupy_on_stream.ndarray((6, 10), "<f4", 1 << 40), 0)
+    assert b.stream == 0x5000 and 0x5000 in runtime.stream.known_stream_handles()
+    # channels_last (N, C, H, W) in byte strides: its memory order
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    c = ops._recognise("op", "x", cupy.ndarray((2, 3, 4, 5), "<f2", 1 << 40, strides=(120, 2, 30, 6)), 0)
+    assert c.order == (0, 2, 3, 1) and c.strides == (60, 1, 15, 3)
+
+
+def test_a_cupy_array_the_reader_does_not_take_goes_to_the_interface(monkeypatch):
+    cupy = _StandInCupy()
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    bf16 = cupy.ndarray((4, 4), "<V2", 1 << 40)  # a dtype CAI cannot spell
+    with pytest.raises(TypeError, match="not the interface"):  # the interface was asked
+        ops._recognise("op", "dy", bf16, 0)
+    gappy = cupy.ndarray((4, 4), "<f4", 1 << 40, strides=(32, 4))  # pitched rows
+    with pytest.raises(TypeError, match="not the interface"):  # the interface was asked
+        ops._recognise("op", "dy", gappy, 0)
+
+
+def test_an_empty_array_beside_permuted_ones_is_in_their_order(emulated):
+    """An empty piece is in every memory order (torch calls it contiguous): a concat of a
+    permuted array and an empty one is the permuted array's."""
+    data = np.arange(3 * 4 * 2, dtype=np.float32).reshape(3, 4, 2)
+    full = emulated.array((2, 4, 3), "f32", np.ascontiguousarray(data.transpose(2, 1, 0)))
+    x = FakeArray((3, 4, 2), "f32", ptr=full.ptr, strides=(4, 12, 48))  # memory order (2, 1, 0)
+    empty = FakeArray((3, 0, 2), "f32", ptr=full.ptr)
+    target = emulated.array((2, 4, 3), "f32")
+    y = FakeArray((3, 4, 2), "f32", ptr=target.ptr, strides=(4, 12, 48))
+    assert runtime.channel_cat_forward([x, empty], 1, out=y) is y
+    assert np.array_equal(emulated.read(target, np.float32).transpose(2, 1, 0), data)
+
+
+def test_a_torch_tensor_of_any_strides_is_read_through_its_attributes(monkeypatch):
+    """A pitched view is read from the tensor's own attributes (torch's interface exports
+    cost tens of µs); strides dense in no order are the wide array's to be pitched, and
+    any other array's error."""
+
+    class Strided:
+        dtype, is_cuda, requires_grad, nbytes = "float32", True, False, 4 * 4 * 10
+
+        def __init__(self, shape, strides):
+            self.shape, self._strides = shape, strides
+
+        def is_contiguous(self):
+            return False
+
+        def stride(self):
+            return self._strides
+
+        def data_ptr(self):
+            return 1 << 40
+
+        def get_device(self):
+            return 0
+
+        @property
+        def __cuda_array_interface__(self):
+            raise AssertionError("read through its attributes, not the interface")
+
+    monkeypatch.setattr(ops, "_tensor_class", [Strided])
+    view = Strided((4, 10), (16, 1))  # x[:, :10] of a (4, 16) tensor
+    a = ops._recognise("op", "dy", view, 0, wide=True)
+    assert a.strides == (16, 1) and a.order is None and a.ordinal == 0
+    assert ops._wide_pitch("op", "dy", a, 1) == 16 and a.nbytes == (3 * 16 + 10) * 4
+    with pytest.raises(ValueError, match=r"out\[0\] is not dense \(shape \(4, 10\), strides \(16, 1\)\)"):
+        ops._recognise("op", "out[0]", view, 0)
+    cl = ops._recognise("op", "x", Strided((2, 3, 4, 5), (60, 1, 15, 3)), 0)  # channels_last
+    assert cl.order == (0, 2, 3, 1)

@@ -164,11 +164,19 @@ class Launch:
         return make(target=target, dependent_launch=pdl, **dict(self.spec))
 
     def args(
-        self, row_ptr: Any, chunk_ptrs: list[Any], rows: int, pitch: int, offs: list[int], widths: list[int]
+        self,
+        row_ptr: Any,
+        chunk_ptrs: list[Any],
+        rows: int,
+        pitch: int,
+        offs: list[int],
+        widths: list[int],
+        row_bytes: Any = None,
     ):
         """The argument values in the kernel's parameter order. Sizes are in bytes; the
         pointers may be ints or anything that adds an int byte offset (a planner's
-        symbolic pointer)."""
+        symbolic pointer). ``row_bytes``: the wide array's bytes from ``row_ptr``, where
+        its last row ends before ``pitch`` (a pitched view); ``rows * pitch`` if None."""
         ids = self.chunk_ids
         if self.family == "rowpack":
             return (row_ptr, rows, *(chunk_ptrs[k] for k in ids))
@@ -182,7 +190,7 @@ class Launch:
                 if len(ids) > 1:
                     vals.append((offs[k] - first) // w)
             return tuple(vals)
-        vals = [row_ptr, rows * pitch, pitch, rows]
+        vals = [row_ptr, rows * pitch if row_bytes is None else row_bytes, pitch, rows]
         for k in ids:
             vals += [chunk_ptrs[k], offs[k], widths[k]]
         return tuple(vals)
@@ -214,9 +222,12 @@ def choose(
     row_mod16: int = 0,
     chunk_mod16: list[int] | tuple[int, ...] | None = None,
     chunk: int | None = None,
+    gap: int = 0,
 ) -> list[Launch]:
     """The launches that perform ``op`` on ``rows`` rows split into ``sizes`` channels of
-    ``dtype_size`` bytes (``chunk``: the chunk of a gather or scatter; addresses modulo 16)
+    ``dtype_size`` bytes (``chunk``: the chunk of a gather or scatter; addresses modulo 16;
+    ``gap``: elements after the last size in each wide row that the op leaves alone, the
+    wide array being a view of every row's first ``sum(sizes)`` of ``sum(sizes) + gap``)
     on the GPU ``traits`` describes: each built for ``traits.target``, with programmatic
     dependent launch where that has it and the traits ask for it, its grid within the
     device's limits.
@@ -247,7 +258,7 @@ def choose(
     H200 a grid of small CTAs, which the hardware hands out as SMs free up, runs at the
     speed of the driver's copy, where one persistent wave tops out near 92% of it.
     """
-    launches = _choose(op, rows, sizes, dtype_size, traits, row_mod16, chunk_mod16, chunk)
+    launches = _choose(op, rows, sizes, dtype_size, traits, row_mod16, chunk_mod16, chunk, gap)
     # The kernels stride over their grid (any size does the work), so it may be capped.
     return [
         dataclasses.replace(
@@ -270,13 +281,18 @@ def _choose(
     row_mod16: int,
     chunk_mod16: list[int] | tuple[int, ...] | None,
     chunk: int | None,
+    gap: int = 0,
 ) -> list[Launch]:
     """:func:`choose`'s launches before their grids are capped and their target set."""
     if not isinstance(traits, GpuTraits):
         raise TypeError(f"traits must be a GpuTraits (the device's), not {type(traits).__name__}")
     mods = list(chunk_mod16) if chunk_mod16 is not None else [0] * len(sizes)
     _check(op, rows, sizes, dtype_size, row_mod16, mods)
-    pitch = sum(sizes) * dtype_size
+    if isinstance(gap, bool) or not isinstance(gap, int) or gap < 0:
+        raise ValueError(f"gap must be an int >= 0, got {gap!r}")
+    if gap and op in ("gather", "scatter"):
+        raise ValueError(f"gap is for split and concat; a {op} names its neighbours as sizes")
+    pitch = (sum(sizes) + gap) * dtype_size
     if pitch >= 1 << 30:
         raise ValueError(f"a row of {pitch} bytes is too wide; at most 2**30 - 1")
     offs, widths = [], []
@@ -309,7 +325,7 @@ def _choose(
         # through shared memory (tile, below) than one narrow access at a time.
         if op == "scatter" or w[k] >= 8 or 3 * widths[k] < pitch:
             return [_rect(direction, w[k], rows, widths[k] // w[k], [k])]
-    if not per_chunk and all(mods[k] == 0 for k in ids) and row_mod16 == 0 and len(ids) <= 8:
+    if not per_chunk and not gap and all(mods[k] == 0 for k in ids) and row_mod16 == 0 and len(ids) <= 8:
         from .fastcat_rowpack import rowpack_rows
 
         narrow = tuple(widths[k] for k in ids)

@@ -192,7 +192,7 @@ class FastcatTile(KernelBase):
     tiles through ``cp.async`` (two stages) measured no faster than through registers on
     aligned rows and slower on unaligned ones; they went to lab/ with the prototype.
 
-    Arguments: ``row_ptr, row_bytes (= rows * pitch), row_pitch, rows``, then per chunk
+    Arguments: ``row_ptr, row_bytes, row_pitch, rows``, then per chunk
     ``chunk{k}_ptr, chunk{k}_off, chunk{k}_width``.
 
     Launch conditions (:meth:`footprints` checks the scalar ones, :meth:`safe_for` the
@@ -315,10 +315,6 @@ class FastcatTile(KernelBase):
         """(rows, pitch, row_bytes, window start, window end) after checking the layout."""
         rows, pitch, row_bytes = scalars["rows"], scalars["row_pitch"], scalars["row_bytes"]
         g = self.granule
-        if row_bytes != rows * pitch:
-            raise FootprintError(
-                f"{self.name}: row_bytes = {row_bytes} is not rows * row_pitch = {rows * pitch}"
-            )
         if pitch < 1 or pitch % g:
             raise FootprintError(
                 f"{self.name}: row_pitch = {pitch} must be >= 1 and a multiple of granule {g}"
@@ -336,6 +332,14 @@ class FastcatTile(KernelBase):
         lo, hi = offs[0], offs[-1] + widths[-1]
         if hi > pitch:
             raise FootprintError(f"{self.name}: the chunks end at byte {hi} of a row of row_pitch = {pitch}")
+        # The array ends after its last row's chunks at the earliest (a view of part of
+        # every row of a wider one), and after its last whole row at the latest.
+        least = (rows - 1) * pitch + hi if rows else 0
+        if not least <= row_bytes <= rows * pitch:
+            raise FootprintError(
+                f"{self.name}: row_bytes = {row_bytes} is outside [{least}, {rows * pitch}]: from the end "
+                "of the last row's chunks to rows * row_pitch"
+            )
         if self.whole_rows and (lo, hi) != (0, pitch):
             raise FootprintError(
                 f"{self.name}: whole_rows needs the chunks to cover [0, {pitch}); they cover [{lo}, {hi})"
@@ -428,7 +432,7 @@ class FastcatTile(KernelBase):
         e.note("the row side, and this CTA's first tile")
         self._param("row_ptr", "row_ptr")
         e("cvta.to.global.u64", "row_ptr", "row_ptr")
-        self._param("row_bytes", "row_bytes", why="rows * pitch")
+        self._param("row_bytes", "row_bytes", why="the array's bytes: rows * pitch, or less for a view")
         e("mov.b64", "row_bytes_s", "row_bytes")
         self._param("pitch", "row_pitch")
         e("cvt.u64.u32", "pitch64", "pitch")
@@ -822,10 +826,19 @@ class FastcatTile(KernelBase):
             e.place(done)
 
     def _gather_vector(self, out: list[str]) -> None:
+        """A chunk vector from the tile, granule by granule, carrying into the next row's
+        piece. (Realigning whole words with funnel shifts where the vector lies in one
+        row's piece measured slower twice: lab/kernels-history.md, lab/README.md.)"""
         e, g = self.e, self.granule
         if g == 16:
             self._granule_walk("s", "rem", lambda m, addr: e("ld.shared.v4.u32", out, addr))
-        elif g == 8:
+            return
+        self._gather_granules(out)
+
+    def _gather_granules(self, out: list[str]) -> None:
+        """A chunk vector granule by granule, carrying into the next row's piece."""
+        e, g = self.e, self.granule
+        if g == 8:
             self._granule_walk(
                 "s", "rem", lambda m, addr: e("ld.shared.v2.u32", out[2 * m : 2 * m + 2], addr)
             )
@@ -844,36 +857,63 @@ class FastcatTile(KernelBase):
             for w in range(4):
                 e.pack_bytes(out[w], bytes_[4 * w : 4 * w + 4])
 
-    def _partial_chunk_vector(self, *, store: bool, stage: str) -> None:
-        """A chunk vector that straddles the tile's range: granule by granule, each only if
-        its bytes come from (backward) / go to (forward) this tile."""
+    def _owned_walk(
+        self, stage: str, access: Callable[[], None], after: Callable[[], None] | None = None
+    ) -> None:
+        """Visit the granules of the chunk vector at chunk byte %d (address %a) whose bytes
+        this tile holds, one a round (16 / granule rounds): ``access()`` with %s their
+        place in the tile and %am their address. They are consecutive, so %s is found by
+        one division, at the first of them, and then carried as :meth:`_granule_walk`
+        carries it. ``after()`` ends every round (a shift of the registers, say)."""
         e, g = self.e, self.granule
-        kind = _ACCESS[g][0]
-        regs = e.data("pg", g)
-        loop, skip = e.label("PG_LOOP"), e.label("PG_SKIP")
         e.reg("u32", "m")
         e.reg("u64", "am")
+        e.reg("pred", "found", "wrap")
+        loop, skip, have = e.label("PG_LOOP"), e.label("PG_SKIP"), e.label("PG_HAVE")
         e("mov.u32", "m", 0)
+        e("setp.ne.u32", "found", "m", 0, why="no granule of this tile seen yet")
         e.place(loop)
         e("cvt.u64.u32", "tmp64", "m")
         e("add.s64", "dm", "d", "tmp64")
         e("add.u64", "am", "a", "tmp64")
         e("setp.ge.s64", "pr", "dm", "c_dlo")
         e("setp.lt.and.s64", "pr", "dm", "c_dhi", "pr")
-        e.bra(skip, guard="pr", neg=True)
+        e.bra(skip, guard="pr", neg=True, why="not this tile's")
+        e.bra(have, guard="found")
         self._source_of("dm", "s", "rem", stage)
-        if store:
-            e(f"ld.shared.{kind}", regs, e.at("s"))
-            e(f"st.global.{kind}", e.at("am"), regs)
-        else:
-            e(f"ld.global.nc.{kind}", regs, e.at("am"))
-            e(f"st.shared.{kind}", e.at("s"), regs)
+        e("setp.eq.u32", "found", "m", "m", why="the rest follow in order: carried, not divided")
+        e.place(have)
+        access()
+        e("add.u32", "s", "s", g)
+        e("add.u32", "rem", "rem", g)
+        e("setp.eq.u32", "wrap", "rem", "c_w", why="end of this row's piece")
+        e("add.u32", "s", "s", "c_jump", guard="wrap")
+        e("mov.u32", "rem", 0, guard="wrap")
         e.place(skip)
+        if after is not None:
+            after()
         e("add.u32", "m", "m", g)
         e("setp.lt.u32", "pr", "m", 16)
         # .uni speaks of the threads active here: those that came in (a plain branch may
         # have left others out), and each of them runs 16 / granule rounds.
         e.bra(loop, guard="pr", uniform=True, why="the same count in every thread that came in")
+
+    def _partial_chunk_vector(self, *, store: bool, stage: str) -> None:
+        """A chunk vector that straddles the tile's range: granule by granule, each only if
+        its bytes come from (backward) / go to (forward) this tile."""
+        e = self.e
+        kind = _ACCESS[self.granule][0]
+        regs = e.data("pg", self.granule)
+
+        def access() -> None:
+            if store:
+                e(f"ld.shared.{kind}", regs, e.at("s"))
+                e(f"st.global.{kind}", e.at("am"), regs)
+            else:
+                e(f"ld.global.nc.{kind}", regs, e.at("am"))
+                e(f"st.shared.{kind}", e.at("s"), regs)
+
+        self._owned_walk(stage, access)
 
     def _scatter_chunks(self, stage: str) -> None:
         """Forward: read every chunk's bytes for this tile (16-byte loads, `unroll` in
@@ -924,12 +964,16 @@ class FastcatTile(KernelBase):
     def _scatter_chunks_async(self, stage: str) -> None:
         """Forward on sm_80+: first every chunk's vectors of this tile go to a staging area
         with cp.async (all in flight at once, no registers held), then they are scattered
-        from there into the tile."""
+        from there into the tile. A vector only part of which this tile holds (at the
+        tile's ends) is staged whole too, as long as it lies inside the chunk: loaded a
+        granule at a time from global memory instead, a thread waited out one load's
+        latency per granule, and its CTA with it. Only the vectors at the array's ends
+        are loaded granule by granule, once an op."""
         e, B = self.e, self.block_size
         e.reg("u32", "j", "s", "rem", "st_off", "st_addr")
         e.reg("u64", "a")
         e.reg("s64", "d", "dm")
-        e.reg("pred", "vfull")
+        e.reg("pred", "vfull", "vin")
         for phase in ("issue", "scatter"):
             e("mov.u32", "st_off", "staging", why="chunk k's vectors follow chunk k-1's")
             for k in range(self.chunks):
@@ -942,13 +986,13 @@ class FastcatTile(KernelBase):
                 e("mul.wide.u32", "tmp64", "j", 16)
                 e("add.u64", "a", "c_vstart", "tmp64")
                 e("sub.s64", "d", "a", "c_ptr")
-                e("setp.ge.s64", "vfull", "d", "c_dlo")
+                e("setp.ge.s64", "vin", "d", 0)
                 e("add.s64", "tmp64", "d", 16)
-                e("setp.le.and.s64", "vfull", "tmp64", "c_dhi", "vfull")
+                e("setp.le.and.s64", "vin", "tmp64", "c_lim", "vin", why="all 16 bytes inside the chunk")
                 e("mad.lo.u32", "st_addr", "j", 16, "st_off")
                 if phase == "issue":
                     part = e.label(f"A{k}_PART")
-                    e.bra(part, guard="vfull", neg=True)
+                    e.bra(part, guard="vin", neg=True)
                     e(
                         "cp.async.cg.shared.global",
                         e.at("st_addr"),
@@ -960,11 +1004,19 @@ class FastcatTile(KernelBase):
                     e.place(part)
                     self._partial_chunk_vector(store=False, stage=stage)
                 else:
-                    e.bra(nxt, guard="vfull", neg=True, why="edge vectors went straight to the tile")
+                    e.bra(nxt, guard="vin", neg=True, why="edge vectors of the array went to the tile")
                     vals = e.data("x0", 16)
                     e("ld.shared.v4.u32", vals, e.at("st_addr"))
+                    e("setp.ge.s64", "vfull", "d", "c_dlo")
+                    e("add.s64", "tmp64", "d", 16)
+                    e("setp.le.and.s64", "vfull", "tmp64", "c_dhi", "vfull", why="all 16 bytes for this tile")
+                    edge = e.label(f"A{k}_EDGE")
+                    e.bra(edge, guard="vfull", neg=True)
                     self._source_of("d", "s", "rem", stage)
                     self._scatter_vector(vals)
+                    e.bra(nxt)
+                    e.place(edge)
+                    self._scatter_owned_granules(vals, stage)
                 e.place(nxt)
                 e("add.u32", "j", "j", B)
                 e.bra(loop)
@@ -975,11 +1027,53 @@ class FastcatTile(KernelBase):
                 e("cp.async.wait_group", 0, why="this thread's copies have landed")
                 e("bar.sync", 0, why="... and everyone's")
 
+    def _scatter_owned_granules(self, vals: list[str], stage: str) -> None:
+        """A staged vector of which this tile holds only part: the granules whose bytes
+        are in the tile's range [c_dlo, c_dhi) go to the tile; the vector's registers
+        shift down a granule each round, so granule m is always in the lowest."""
+        e, g = self.e, self.granule
+        kind = _ACCESS[g][0]
+        regs = e.data("pg", g)
+        e.reg("b16", "og_high")
+
+        def access() -> None:
+            if g == 16:
+                e(f"st.shared.{kind}", e.at("s"), vals)
+            elif g == 8:
+                e(f"st.shared.{kind}", e.at("s"), vals[:2])
+            elif g == 2:
+                e("mov.b32", [regs[0], "og_high"], vals[0], why="the lowest granule")
+                e(f"st.shared.{kind}", e.at("s"), regs[0])
+            else:
+                e(f"st.shared.{kind}", e.at("s"), vals[0])
+
+        def shift() -> None:
+            if g == 8:
+                e("mov.b32", vals[0], vals[2], why="the next granule down")
+                e("mov.b32", vals[1], vals[3])
+            elif g == 4:
+                for i in range(3):
+                    e("mov.b32", vals[i], vals[i + 1], why="the next granule down" if i == 0 else "")
+            elif g < 4:
+                for i in range(3):
+                    why = "the next granule down" if i == 0 else ""
+                    e("shf.r.clamp.b32", vals[i], vals[i], vals[i + 1], 8 * g, why=why)
+                e("shr.b32", vals[3], vals[3], 8 * g)
+
+        self._owned_walk(stage, access, shift)
+
     def _scatter_vector(self, val: list[str]) -> None:
+        """A chunk vector into the tile, granule by granule, carrying into the next row's piece."""
         e, g = self.e, self.granule
         if g == 16:
             self._granule_walk("s", "rem", lambda m, addr: e("st.shared.v4.u32", addr, val))
-        elif g == 8:
+            return
+        self._scatter_granules(val)
+
+    def _scatter_granules(self, val: list[str]) -> None:
+        """A chunk vector granule by granule into the tile, carrying into the next row's piece."""
+        e, g = self.e, self.granule
+        if g == 8:
             self._granule_walk(
                 "s", "rem", lambda m, addr: e("st.shared.v2.u32", addr, val[2 * m : 2 * m + 2])
             )

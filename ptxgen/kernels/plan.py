@@ -82,7 +82,10 @@ class Problem:
     ``rows`` rows; the wide array (``dy`` of a split, ``y`` of a concat) has
     ``sum(extents)`` elements per row, piece ``i`` has ``extents[i]`` and sits at
     element ``offsets[i]`` of each wide row. Alignments are the arrays' addresses
-    modulo 16 (a variant moving 16-byte vectors needs to know them).
+    modulo 16 (a variant moving 16-byte vectors needs to know them). ``pitch``: the
+    elements from one wide row's start to the next one's where the wide array is a view
+    of part of every row of a wider one (``x[:, :96]``); 0 (or ``extent``) where its rows
+    are packed.
     """
 
     op: str
@@ -91,6 +94,7 @@ class Problem:
     extents: tuple[int, ...]
     wide_align: int = 0
     piece_aligns: tuple[int, ...] = ()
+    pitch: int = 0
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
@@ -99,11 +103,20 @@ class Problem:
             object.__setattr__(self, "piece_aligns", (0,) * len(self.extents))
         if len(self.piece_aligns) != len(self.extents):
             raise ValueError(f"{len(self.piece_aligns)} piece alignments for {len(self.extents)} pieces")
+        if self.pitch == self.extent:
+            object.__setattr__(self, "pitch", 0)  # packed, however it was said: one key
+        if self.pitch and self.pitch < self.extent:
+            raise ValueError(f"pitch {self.pitch} is less than the wide array's {self.extent} elements a row")
 
     @property
     def extent(self) -> int:
         """Elements per row of the wide array."""
         return sum(self.extents)
+
+    @property
+    def row_pitch(self) -> int:
+        """Elements from one wide row's start to the next one's."""
+        return self.pitch or self.extent
 
     @property
     def offsets(self) -> tuple[int, ...]:
@@ -118,12 +131,13 @@ class Problem:
             op=self.op,
             dtype=self.dtype,
             rows=self.rows,
-            extent=self.extent,
+            extent=self.row_pitch,
             width=self.extents[index],
             offset=self.offsets[index],
             index=index,
             wide_align=self.wide_align,
             piece_align=self.piece_aligns[index],
+            pitched=bool(self.pitch),
         )
 
 
@@ -141,6 +155,7 @@ class Chunk:
     index: int
     wide_align: int = 0
     piece_align: int = 0
+    pitched: bool = False  # the wide array is a view: its last row ends before ``extent``
 
 
 @dataclass(frozen=True)
@@ -292,12 +307,16 @@ def _fastcat_steps(op: str, problem: Problem | Chunk, traits: GpuTraits) -> list
     isz = problem.dtype.itemsize
     if isinstance(problem, Chunk):
         extents, aligns, index = _chunk_as_problem(problem)
+        gap = 0
     else:
         extents, aligns, index = problem.extents, problem.piece_aligns, None
+        gap = problem.row_pitch - problem.extent
     rows, wide_align = problem.rows, problem.wide_align
     launches = choose(op, rows, list(extents), isz, traits=traits, row_mod16=wide_align,
-                      chunk_mod16=list(aligns), chunk=index)  # fmt: skip
-    pitch = sum(extents) * isz
+                      chunk_mod16=list(aligns), chunk=index, gap=gap)  # fmt: skip
+    pitch = (sum(extents) + gap) * isz
+    # a pitched view ends with its last row's elements, not at its last row's pitch
+    row_bytes = ((rows - 1) * pitch + sum(extents) * isz) if gap and rows else None
     offs = [sum(extents[:i]) * isz for i in range(len(extents))]
     widths = [e * isz for e in extents]
     if isinstance(problem, Chunk):  # one piece, whose array is the chunk's own
@@ -307,7 +326,7 @@ def _fastcat_steps(op: str, problem: Problem | Chunk, traits: GpuTraits) -> list
     steps = []
     for launch in launches:
         kernel = launch.kernel()
-        args = launch.args(Ptr(WIDE), pieces, rows, pitch, offs, widths)
+        args = launch.args(Ptr(WIDE), pieces, rows, pitch, offs, widths, row_bytes)
         steps.append(Step(kernel, (launch.grid, launch.grid_y, 1), kernel.block, tuple(args)))
     return steps
 
@@ -325,8 +344,13 @@ def _chunk_as_problem(chunk: Chunk) -> tuple[tuple[int, ...], tuple[int, ...], i
 def _fastcat_fits(problem: Problem | Chunk, traits: GpuTraits) -> bool:
     """Element sizes the byte kernels take, rows whose bytes fit their 30-bit pitch."""
     isz = problem.dtype.itemsize
-    extent = problem.extent
-    return isz in (1, 2, 4, 8) and 0 < extent * isz < 1 << 30
+    if isinstance(problem, Chunk) and problem.pitched:
+        # A gather or scatter reads or writes whole rows of the wide side (rowpack does, and
+        # the row side's extent is rows * pitch): past a view's last element. The seed
+        # kernel touches only the piece's elements.
+        return False
+    pitch = problem.row_pitch if isinstance(problem, Problem) else problem.extent
+    return isz in (1, 2, 4, 8) and 0 < pitch * isz < 1 << 30
 
 
 FASTCAT_FUSED = Variant(
@@ -587,6 +611,8 @@ def symbolic_plans(
     covered) at :data:`ROWS_LIMIT`, at a wide array of 2**62 bytes, or where the plan's
     launch count would grow with rows (the seed kernel's row groups past 2**31 CTAs).
     """
+    if problem.pitch:
+        raise ValueError("plans for every row count are of packed wide arrays; this one has a row pitch")
     pitch = sum(problem.extents) * problem.dtype.itemsize
     top = min(ROWS_LIMIT, _BYTES_LIMIT // max(pitch, 1))
     cases: list[RowsCase] = []

@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""Study: where the tile kernel's time goes on odd-width splits and concats (issue 24).
+
+    python lab/tile_variants.py                   # on the GPU: time every variant, write JSON
+    python lab/tile_variants.py --profile-only    # the default plan of each case once (for ncu)
+    git show COMMIT:ptxgen/kernels/fastcat_tile.py > lab/tmp/fastcat_tile_base.py
+    python lab/tile_variants.py --base lab/tmp/fastcat_tile_base.py --sweep 32 --variants planned,base
+
+Each case (sweep shapes of seed 20261201 where the tile kernel runs, the worst first) is
+run through ``runtime.channel_cat_backward`` / ``_forward`` with ``out=`` (torch tensors)
+once as the planner plans it and once per variant: the planner's tile launches rewritten
+(``unroll``, ``block``, ``loader``, and the grid: one CTA a tile, or a persistent grid of
+``waves`` x SMs x CTAs per SM, each CTA then walking several tiles). Every result is
+compared with torch's slicing; the flat copy of the same bytes is timed in the same run.
+Writes ``lab/data/tile-variants.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+
+import records  # noqa: E402
+
+OUT = ROOT / "lab" / "data" / "tile-variants.json"
+TORCH_DTYPES = {"u8": "uint8", "bf16": "bfloat16", "f32": "float32", "f64": "float64"}
+CASES = [
+    ("split", "u8", 177954, (240, 297, 55, 262, 187)),
+    ("concat", "u8", 177954, (240, 297, 55, 262, 187)),
+    ("split", "u8", 157146, (157, 73, 164, 276, 179, 186)),
+    ("concat", "u8", 157146, (157, 73, 164, 276, 179, 186)),
+    ("split", "bf16", 265923, (35, 44, 118)),
+    ("concat", "bf16", 265923, (35, 44, 118)),
+    ("split", "f32", 94709, (20, 233, 90, 50)),
+    ("concat", "f32", 94709, (20, 233, 90, 50)),
+]
+# (name, changes to the tile spec, grid: None = one CTA a tile, else CTAs per SM)
+VARIANTS: list[tuple[str, dict[str, Any], int | None]] = [
+    ("planned", {}, None),
+    ("u2", {"unroll": 2}, None),
+    ("u1", {"unroll": 1}, None),
+    ("b128", {"block": 128}, None),
+    ("b512_u2", {"block": 512, "unroll": 2}, None),
+    ("persist8", {}, 8),
+    ("persist8_u2", {"unroll": 2}, 8),
+]
+VARIANTS += [("no_w16", {"wide_chunks": False}, None), ("u8", {"unroll": 8}, None)]
+BACKWARD_ONLY = [("bulk_persist4", {"loader": "bulk"}, 4), ("bulk_persist2_u4", {"loader": "bulk"}, 2)]
+FORWARD_ONLY = [("regs", {"loader": "regs"}, None), ("regs_u2", {"loader": "regs", "unroll": 2}, None)]
+
+
+def patched_choose(original: Any, change: dict[str, Any], per_sm: int | None, sms: int) -> Any:
+    def choose(*args: Any, **kwargs: Any) -> Any:
+        out = []
+        for launch in original(*args, **kwargs):
+            if launch.family == "tile":
+                spec = dict(launch.spec)
+                spec.update(change)
+                planned = dict(launch.spec)
+                tile_bytes = 16 * planned["unroll"] * planned["block"]
+                tiles = launch.grid * tile_bytes // (16 * spec["unroll"] * spec["block"])
+                grid = tiles if per_sm is None else min(tiles, per_sm * sms)
+                launch = dataclasses.replace(launch, spec=tuple(spec.items()), grid=max(1, grid))
+            out.append(launch)
+        return out
+
+    return choose
+
+
+def case_calls(torch: Any, runtime: Any, op: str, dt: str, rows: int, sizes: tuple[int, ...]) -> Any:
+    """(call, exact, reset, wide) for one case: the op with ``out=``, its check, a poison."""
+    dtype = getattr(torch, TORCH_DTYPES[dt])
+    wide = torch.empty((rows, sum(sizes)), dtype=dtype, device="cuda")
+    wide.view(torch.uint8).random_()
+    pieces = [p.contiguous() for p in wide.split(list(sizes), 1)]
+    outs = [torch.empty_like(p) for p in pieces]
+    y = torch.empty_like(wide)
+    as_bytes = [(o.view(torch.uint8), p.view(torch.uint8)) for o, p in zip(outs, pieces)]
+
+    def reset() -> None:
+        for o in outs:
+            o.view(torch.uint8).fill_(0xA5)
+        y.view(torch.uint8).fill_(0xA5)
+
+    if op == "split":
+        return (
+            lambda: runtime.channel_cat_backward(wide, sizes, 1, out=outs),
+            lambda: all(torch.equal(o, p) for o, p in as_bytes),
+            reset,
+            wide,
+        )
+    return (
+        lambda: runtime.channel_cat_forward(pieces, 1, out=y),
+        lambda: torch.equal(y.view(torch.uint8), wide.view(torch.uint8)),
+        reset,
+        wide,
+    )
+
+
+def base_factory(path: Path) -> Any:
+    """A stand-in for ``FastcatTile`` built from an earlier copy of fastcat_tile.py (the
+    keyword arguments it does not know dropped), loaded as ``lab/tile_study.py`` loads one."""
+    import inspect
+
+    from tile_study import load_base
+
+    base = load_base(path)
+    known = set(inspect.signature(base.cache_key).parameters)
+
+    def make(**kwargs: Any) -> Any:
+        return base(**{k: v for k, v in kwargs.items() if k in known})
+
+    return make
+
+
+def run_case(
+    bench: Any, torch: Any, runtime: Any, planner: Any, sms: int, case: Any, wanted: set[str], base: Any
+) -> dict[str, Any]:
+    op, dt, rows, sizes = case
+    call, exact, reset, wide = case_calls(torch, runtime, op, dt, rows, sizes)
+    flat_src, flat_dst = wide.view(-1), torch.empty_like(wide).view(-1)
+    flat_us, _ = bench.gpu_us(lambda: flat_dst.copy_(flat_src))
+    entry: dict[str, Any] = {"op": op, "dtype": dt, "rows": rows, "sizes": list(sizes), "flat_us": flat_us}
+    from ptxgen.kernels import fastcat_tile
+
+    extra = BACKWARD_ONLY if op == "split" else FORWARD_ONLY
+    extra = extra + ([("base", {}, None)] if base is not None else [])
+    original, ours = planner.choose, fastcat_tile.FastcatTile
+    line = []
+    for name, change, per_sm in VARIANTS + extra:
+        if wanted and name not in wanted:
+            continue
+        planner.choose = patched_choose(original, change, per_sm, sms)
+        if name == "base":
+            fastcat_tile.FastcatTile = base  # Launch.kernel imports it at each plan
+        runtime.ops.clear_plans()
+        reset()
+        try:
+            us, _ = bench.gpu_us(call)
+            torch.cuda.synchronize()
+            ok = exact()
+            entry[name] = {"us": round(us, 2), "of_flat": round(flat_us / us, 4), "correct": ok}
+            line.append(f"{name} {flat_us / us:.3f}{'' if ok else ' WRONG'}")
+        except Exception as exc:  # a variant the kernel refuses: recorded, not fatal
+            entry[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+            line.append(f"{name} refused")
+        finally:
+            planner.choose, fastcat_tile.FastcatTile = original, ours
+            runtime.ops.clear_plans()
+    print(f"{op:6} {dt:4} {rows}x({'+'.join(map(str, sizes))}): " + ", ".join(line), flush=True)
+    return entry
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    from bench_ops import Bench
+
+    import runtime
+    from ptxgen.kernels import plan as planner
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if args.profile_only:
+        for op, dt, rows, sizes in CASES:
+            call, _, _, _ = case_calls(torch, runtime, op, dt, rows, sizes)
+            call()
+            torch.cuda.synchronize()
+        return {}
+    bench = Bench(torch, reps=args.reps, warmup=3)
+    cases = list(CASES)
+    if args.sweep:
+        from bench_cases import sweep_cases
+
+        for c in sweep_cases(args.sweep, args.seed):
+            op = "backward" if c.op == "split" else "forward"
+            plan = runtime.ops.plan_for(op, c.dtype, c.rows, c.sizes)
+            if any(getattr(s.kernel, "info", {}).get("family") == "tile" for s in plan.steps):
+                cases.append((c.op, c.dtype, c.rows, tuple(c.sizes)))
+    wanted = set(args.variants.split(",")) if args.variants else set()
+    base = base_factory(args.base) if args.base else None
+    results = [run_case(bench, torch, runtime, planner, sms, case, wanted, base) for case in cases]
+    summary: dict[str, Any] = {}
+    for name in {k for r in results for k, v in r.items() if isinstance(v, dict) and "of_flat" in v}:
+        for op in ("split", "concat"):
+            got = [r[name]["of_flat"] for r in results if r["op"] == op and "of_flat" in r.get(name, {})]
+            if got:
+                summary[f"{name} {op}"] = {"median": statistics.median(got), "min": min(got), "n": len(got)}
+    for key in sorted(summary):
+        print(f"{key}: {summary[key]}")
+    header = records.header(records.command_line(), records.tree_hash())
+    return {**header, "summary": summary, "cases": results}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--reps", type=int, default=15)
+    p.add_argument("--profile-only", action="store_true")
+    p.add_argument("--base", type=Path, help="an earlier fastcat_tile.py, timed as variant 'base'")
+    p.add_argument("--sweep", type=int, default=0, help="also the sweep's shapes where a tile runs")
+    p.add_argument("--seed", type=int, default=20261201)
+    p.add_argument("--variants", default="", help="comma-separated variant names (default: all)")
+    p.add_argument("-o", "--output", type=Path, default=OUT)
+    args = p.parse_args(argv)
+    record = run(args)
+    if not args.profile_only:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(record, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

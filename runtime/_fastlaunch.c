@@ -1,8 +1,8 @@
 /*
  * runtime._fastlaunch: the common checked launch in compiled code.
  *
- * The Python launch path (runtime/launch.py) generates, per function, a launch function
- * whose checks are as short as Python allows; what is left of its cost is the
+ * The Python launch path (runtime/launch_python.py) builds, per function, a launch
+ * closure whose checks are as short as Python allows; what is left of its cost is the
  * interpreter itself, about half a microsecond a launch and more for torch tensors. This
  * module does the same fast tests in C, packs the parameter buffer on the stack and
  * calls cuLaunchKernel (cuLaunchKernelEx for a dependent kernel) through the address
@@ -19,8 +19,8 @@
  * Objects:
  *   Launch(...)   ``launch(grid, block, args, *, stream=None, shared_mem=0)``
  *   Prepared(...) a prepared launch (``prepared(*args)``) or its trusted ``raw(*ints)``
- *   Steps(...)    an op's launches, ``launch(wide, *pieces)``, from a recipe (runtime/ops.py)
- *   QuickOps(...) the ops' common call (runtime/ops.py), for calls it has seen
+ *   Steps(...)    an op's launches, ``launch(wide, *pieces)``, from a recipe (runtime/op_plans.py)
+ *   QuickOps(...) the ops' common call (runtime/op_quick.py), for calls it has seen
  *
  * The GIL is released around the driver call, as cuda-bindings does: cuLaunchKernel
  * blocks while the launch queue is full. The parameter buffer lives on this call's
@@ -130,7 +130,7 @@ typedef struct {
     vectorcallfunc vectorcall;
     PyObject *dict;
     PyObject *weakrefs;
-    PyObject *fallback;      /* the generated Python launch function */
+    PyObject *fallback;      /* the Python launch function */
     PyObject *device_array;  /* runtime.DeviceArray */
     PyObject *tensor;        /* torch.Tensor once bound, else NULL */
     readers_t readers;       /* how its attributes are read */
@@ -1064,9 +1064,9 @@ static PyTypeObject PreparedType = {
 
 /* --- the ops' steps ---------------------------------------------------------------- */
 /*
- * runtime/ops.py runs a plan's steps as one function of the arrays' base addresses,
- * ``launch(wide, piece_0, piece_1, ...)``, written out as Python source: each step a
- * prepared raw launch of ints such as ``raw0(p1, w + 64, 48, 80)``. Steps holds the same
+ * runtime/op_plans.py runs a plan's steps as one function of the arrays' base addresses,
+ * ``launch(wide, piece_0, piece_1, ...)`` (its _Steps): each step a prepared raw launch
+ * of ints such as ``raw0(p1, w + 64, 48, 80)``. Steps holds the same
  * recipe as data: per argument of each step, a constant or one of the arrays' addresses
  * plus a byte offset. Called from Python it does what that function does; QuickOps calls
  * it with the addresses as C values, so no int object is made on the way to the driver.
@@ -1326,7 +1326,7 @@ static PyTypeObject StepsType = {
     .tp_name = "runtime._fastlaunch.Steps",
     .tp_basicsize = sizeof(Steps),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "An op's steps in C: launch(wide, *pieces); see runtime/ops.py.",
+    .tp_doc = "An op's steps in C: launch(wide, *pieces); see runtime/op_plans.py.",
     .tp_new = Steps_new,
     .tp_dealloc = (destructor)Steps_dealloc,
     .tp_traverse = (traverseproc)Steps_traverse,
@@ -1338,7 +1338,7 @@ static PyTypeObject StepsType = {
 
 /* --- the ops' common call ---------------------------------------------------------- */
 /*
- * runtime/ops.py checks the common call of channel_cat_backward / channel_cat_forward
+ * runtime/op_quick.py checks the common call of channel_cat_backward / channel_cat_forward
  * (DeviceArrays or plain CUDA torch tensors with ``out``, a shape seen before) in Python
  * (_backward_quick, _forward_quick). QuickOps does the same in C for calls whose entries
  * are already in its tables: the quick-call table (``_quick_calls``: what a shape decides)
@@ -1350,7 +1350,7 @@ static PyTypeObject StepsType = {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *table;         /* ops._quick_calls */
+    PyObject *table;         /* op_quick._quick_calls */
     PyObject *device_array;  /* runtime.DeviceArray */
     PyObject *tensor;        /* torch.Tensor once bound, else NULL */
     readers_t readers;       /* how its attributes are read */
@@ -1442,7 +1442,7 @@ static uint64_t shape_nbytes(PyObject *shape, uint64_t itemsize) {
     return total;
 }
 
-/* ops._wide_facts / _torch_facts: an open, non-empty DeviceArray, or a contiguous, non-empty
+/* op_quick._wide_facts / _torch_facts: an open, non-empty DeviceArray, or a contiguous, non-empty
  * CUDA tensor of a dtype we have. 1 filled in; 0 not the common case. A tensor's byte count
  * comes from its shape (one read fewer than nbytes); whether it may be written
  * (requires_grad) is read only where ``written``. */
@@ -1668,7 +1668,7 @@ static PyObject *quick_false(void) {
     Py_RETURN_FALSE;
 }
 
-/* split(dy, sizes, dim, out, stream) -> bool: ops._backward_quick for a call it has seen.
+/* split(dy, sizes, dim, out, stream) -> bool: op_quick._backward_quick for a call it has seen.
  * ``sizes`` and ``out`` are read as tuples made first: reading the arrays runs Python
  * code, during which another thread may change a list. */
 static PyObject *QuickOps_split(QuickOps *Q, PyObject *const *args, Py_ssize_t nargs) {
@@ -1748,7 +1748,7 @@ done:
     return result;
 }
 
-/* join(xs, dim, out, stream) -> bool: ops._forward_quick for a call it has seen (``xs``
+/* join(xs, dim, out, stream) -> bool: op_quick._forward_quick for a call it has seen (``xs``
  * read as a tuple made first, as in split). */
 static PyObject *QuickOps_join(QuickOps *Q, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4) {
@@ -1936,7 +1936,7 @@ static PyTypeObject QuickOpsType = {
     .tp_name = "runtime._fastlaunch.QuickOps",
     .tp_basicsize = sizeof(QuickOps),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "The ops' common call in C, for calls whose table entries exist; see runtime/ops.py.",
+    .tp_doc = "The ops' common call in C, for calls whose table entries exist; see runtime/op_quick.py.",
     .tp_new = QuickOps_new,
     .tp_dealloc = (destructor)QuickOps_dealloc,
     .tp_traverse = (traverseproc)QuickOps_traverse,

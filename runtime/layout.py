@@ -13,7 +13,8 @@ from __future__ import annotations
 import ctypes
 import re
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from ptxgen.args import ArgType, ParamSlot, param_buffer_size, param_layout
@@ -35,17 +36,23 @@ class ParamBuffer:
 
     ``memory`` is writable (``struct.pack_into`` fills it); ``params`` is the address
     cuLaunchKernel takes as ``kernelParams``. Both stay valid while this object lives.
+    Given the layout's ``packer``, ``pack(*values)`` writes ``values`` into ``memory``:
+    ``packer.pack_into`` with this buffer and offset 0 bound once, so that a launch hands
+    its values on as they are, without putting the buffer and offset in front of them.
     """
 
-    __slots__ = ("_pointers", "_storage", "memory", "params")
+    __slots__ = ("_pointers", "_storage", "memory", "pack", "params")
 
-    def __init__(self, size: int, offsets: Sequence[int]) -> None:
+    def __init__(self, size: int, offsets: Sequence[int], packer: struct.Struct | None = None) -> None:
         # 8-byte units, so the buffer starts 8-byte aligned as the widest slot needs.
         self._storage = (ctypes.c_uint64 * max(-(-size // 8), 1))()
         base = ctypes.addressof(self._storage)
         self._pointers = (ctypes.c_void_p * max(len(offsets), 1))(*[base + o for o in offsets])
         self.memory = memoryview(self._storage).cast("B")[:size]
         self.params = ctypes.addressof(self._pointers)
+        self.pack: Callable[..., None] | None = (
+            partial(packer.pack_into, self.memory, 0) if packer is not None else None
+        )
 
     def slot_addresses(self) -> list[int]:
         """What the ``void**`` holds, read back (for tests and graph updates)."""
@@ -91,7 +98,7 @@ class ArgumentLayout:
         return self.struct.pack(*values)
 
     def new_buffer(self) -> ParamBuffer:
-        return ParamBuffer(self.size, self.offsets)
+        return ParamBuffer(self.size, self.offsets, self.struct)
 
     def check_against_driver(self, drv: Any, handle: Any, entry: str, ptx_source: str | None) -> None:
         """Compare the layout with the parameters the loaded code declares.

@@ -222,7 +222,7 @@ class Function:
         :class:`runtime.launch.Binding` or its name, ``"cffi"``, ``"ctypes"`` or
         ``"cuda.bindings"``; None: the default). ``compiled`` as
         :class:`runtime.launch.Launcher` takes it; by default a named binding gets the
-        generated Python functions alone (so that its own call is what launches), the
+        Python launch functions alone (so that its own call is what launches), the
         default binding the compiled path where it is built. For measuring and testing
         the paths; ``launch`` is the default one's."""
         if compiled is None and launch_binding is not None:
@@ -268,7 +268,7 @@ class Function:
         return self.name == kernel.entry_point_name and wants_dependent_launch(kernel)
 
     def _build_launcher(self, launch_binding: Binding) -> None:
-        """Generate this function's launch path (see :mod:`runtime.launch`)."""
+        """Build this function's launch path (see :mod:`runtime.launch`)."""
         self._launcher = self._new_launcher(launch_binding, None)  # compiled where it is built
         # The launcher's functions become this object's ``launch`` and ``pack_args``
         # (instance attributes win over the methods below), so a launch is one call.
@@ -283,7 +283,7 @@ class Function:
 
     @property
     def launcher(self) -> Launcher | None:
-        """The generated launch path (``launcher.source`` shows it); None without arg_types."""
+        """The launch path (see :class:`runtime.launch.Launcher`); None without arg_types."""
         return self._launcher
 
     def _module_closed(self) -> None:
@@ -371,7 +371,7 @@ class Function:
         )
 
     # --- launch ---------------------------------------------------------------------
-    # With arg_types, the launcher's generated functions replace ``launch`` and
+    # With arg_types, the launcher's functions replace ``launch`` and
     # ``pack_args`` on the instance; these methods document them and serve functions
     # resolved without arg_types, which cannot launch.
 

@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     paths["checked_device_array_new_grid"] = lambda: launch(
         kernel.grid(N, CHUNK), kernel.block, arrays, stream=stream
     )
-    # the generated Python functions alone, as where runtime._fastlaunch is not built
+    # the Python launch functions alone, as where runtime._fastlaunch is not built
     python = fn.make_launcher(compiled=False)
     python_prepared = python.prepare(grid, block, 0, stream)
     python_raw = python_prepared.raw

@@ -24,9 +24,10 @@ bf16 and f32. Methods: ``ours`` (runtime.channel_cat_backward / _forward), ``tor
 ``torch.cat``), ``flat_copy`` (``dst.copy_(src)`` of the same bytes). Layouts:
 contiguous for every kind of array, channels_last (N, C, H, W) torch tensors on the
 client shapes, and pitched torch tensors (the wide array a view of the first columns of
-one half as wide again: a split reads one, a concat with ``out=`` writes one); general
-strides, which the ops do not take yet, are listed under ``not_measured``, as is a kind
-of array that cannot hold a dtype (CuPy without bf16).
+one half as wide again: a split reads one, a concat with ``out=`` writes one), and
+stepped torch tensors (every other column of one twice as wide: strides no fused kernel
+takes, so the strided copy runs); a kind of array that cannot hold a dtype (CuPy
+without bf16) is listed under ``not_measured``.
 """
 
 from __future__ import annotations
@@ -64,7 +65,10 @@ CLIENT = [
     )
 ]
 NOT_MEASURED = {
-    "strided": "the ops refuse general strides for now (issue 23, strided arrays)",
+    "strided beyond a step": (
+        "transposed, expanded and reversed arrays run the same strided copy as the stepped "
+        "layout; only that one is timed"
+    ),
 }
 
 
@@ -162,6 +166,12 @@ def _pitched(torch: Any, rows: int, extent: int, dtype: Any) -> Any:
     return torch.empty((rows, extent + extent // 2), dtype=dtype, device="cuda")[:, :extent]
 
 
+def _stepped(torch: Any, rows: int, extent: int, dtype: Any) -> Any:
+    """A (rows, extent) view of every other column of a (rows, 2 * extent) tensor: strides
+    no fused kernel takes, so the op runs the strided copy."""
+    return torch.empty((rows, 2 * extent), dtype=dtype, device="cuda")[:, ::2]
+
+
 def run_case(bench: Bench, dev: Any, torch: Any, cupy: Any, name: str, batch: int, hw: int,
              sizes: tuple[int, ...], dtype_name: str, op: str, array: str, layout: str,
              ) -> list[dict[str, Any]]:  # fmt: skip
@@ -174,6 +184,9 @@ def run_case(bench: Bench, dev: Any, torch: Any, cupy: Any, name: str, batch: in
     elif layout == "pitched":  # a view of the first columns of a wider array (x[:, :C])
         fmt = torch.contiguous_format
         wide = _pitched(torch, batch * hw * hw, sum(sizes), dtype)
+    elif layout == "stepped":  # every other column of a wider array (x[:, ::2])
+        fmt = torch.contiguous_format
+        wide = _stepped(torch, batch * hw * hw, sum(sizes), dtype)
     else:
         fmt = torch.contiguous_format
         wide = torch.empty((batch * hw * hw, sum(sizes)), dtype=dtype, device="cuda")
@@ -182,8 +195,8 @@ def run_case(bench: Bench, dev: Any, torch: Any, cupy: Any, name: str, batch: in
     inputs = [_convert(dev, torch, cupy, array, t, dtype_name) for t in ([wide] if op == "split" else pieces)]
     want = pieces if op == "split" else [wide]
     shapes = [tuple(w.shape) for w in want]
-    if layout == "pitched" and op == "concat":  # into a view, as a split reads one
-        outs_torch = [_pitched(torch, *wide.shape, dtype)]
+    if layout in ("pitched", "stepped") and op == "concat":  # into a view, as a split reads one
+        outs_torch = [(_pitched if layout == "pitched" else _stepped)(torch, *wide.shape, dtype)]
     else:
         outs_torch = [torch.empty_like(w) for w in want]
     outs = [_convert(dev, torch, cupy, array, o, dtype_name) for o in outs_torch]
@@ -329,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
                 if hw > 1:  # the client's own layout; torch is the array that has it
                     runs.append(("torch", "channels_last"))
                 runs.append(("torch", "pitched"))  # the wide array a view of part of every row
+                runs.append(("torch", "stepped"))  # ... of every other column: the strided copy
                 for array, layout in runs:
                     try:
                         cases += run_case(

@@ -79,7 +79,7 @@ _WARNINGS = re.compile(r"RACECHECK SUMMARY: \d+ hazards? displayed \(\d+ errors?
 # the tools slow the host side of every launch far more than the GPU, so the shards of
 # all three tools run at once on the machine's cores. Tests that read the device's free
 # memory (marked whole_device) run afterwards, alone.
-SHARDS = {"memcheck": 8, "racecheck": 3, "synccheck": 3}
+SHARDS = {"memcheck": 8, "racecheck": 4, "synccheck": 4}
 # pytest's exit status when a selection holds no test (the whole-device pass of a tool
 # whose selection has none of them).
 NO_TESTS_COLLECTED = 5

@@ -45,7 +45,7 @@ def cupy(dev):
 
 @pytest.fixture(params=["python", "compiled"])
 def launch_path(request):
-    """Runs a test once through each launch path: the generated Python functions, and
+    """Runs a test once through each launch path: the Python launch functions, and
     runtime._fastlaunch where it is built (skipped with the reason where it is not).
     Launchers built in the test with a recording binding take that path; the GPU
     tests' functions take it through :func:`runtime.launch.use_compiled_launch`."""

@@ -327,10 +327,16 @@ class _Thread:
                 dst = self.regs_of(a[0])
                 raw = self.load(space, self.addr(a[1]), n * vec)
                 for i, r in enumerate(dst):
-                    self.set(r, int.from_bytes(raw[i * n : (i + 1) * n], "little"), "u" + t[1:])
+                    if t == "f32":  # a float register holds the value the bits stand for
+                        self.set(r, struct.unpack("<f", raw[i * n : (i + 1) * n])[0], t)
+                    else:
+                        self.set(r, int.from_bytes(raw[i * n : (i + 1) * n], "little"), "u" + t[1:])
             else:
                 src = self.regs_of(a[1])
-                raw = b"".join((self.val(r, "u" + t[1:])).to_bytes(n, "little") for r in src)
+                if t == "f32":
+                    raw = b"".join(struct.pack("<f", self.val(r, t)) for r in src)
+                else:
+                    raw = b"".join((self.val(r, "u" + t[1:])).to_bytes(n, "little") for r in src)
                 self.store(space, self.addr(a[0]), raw)
         elif head == "cvta":
             self.set(a[0], self.val(a[1], "u64"), "u64")
@@ -405,6 +411,8 @@ class _Thread:
                 r = x - y
             elif head in ("mul", "mad"):
                 r = x * y
+                if "hi" in op:  # the upper half of the double-width product
+                    r >>= _bits(t)
                 if head == "mad":
                     r += self.val(a[3], ("s" if signed else "u") + str(2 * _bits(t)) if wide else t)
             elif head == "div":

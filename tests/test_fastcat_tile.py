@@ -45,6 +45,11 @@ def _configs() -> list[dict]:
                         except ValueError:
                             continue
                         out.append(kw)
+    # the two-piece walk, at every granule it changes, both directions
+    for g in (8, 4, 2, 1):
+        for direction, loader in (("backward", "regs"), ("forward", "cp.async"), ("forward", "regs")):
+            out.append(dict(direction=direction, chunks=3, granule=g, whole_rows=True, unroll=4, block=256,
+                            loader=loader, wide_chunks=True, target="sm_90"))  # fmt: skip
     # chunk counts, unrolls and blocks the planner uses
     for chunks, unroll, block in ((1, 1, 128), (3, 4, 256), (32, 8, 64), (5, 8, 128)):
         for direction, loader in (("backward", "regs"), ("forward", "cp.async"), ("backward", "bulk"),
@@ -130,7 +135,7 @@ def test_constructed_once_per_arguments():
         ),
         (
             dict(direction="backward", chunks=1, granule=4, unroll=8, block=1024),
-            "131072 bytes of static shared memory; at most 49152",
+            "131136 bytes of static shared memory; at most 49152",
         ),
         (
             dict(direction="backward", chunks=1, granule=4, unroll=3),
@@ -180,23 +185,43 @@ SIM_CASES = [
 ]
 
 
+def _random_wide_cases(count: int, seed: int) -> list[tuple]:
+    """Whole-row groups of 2-4 chunks 16-60 bytes wide at random alignments: the
+    two-piece walk and the straight partial vectors, on runs that start anywhere in a
+    vector and wrap into the next row anywhere in it."""
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(count):
+        widths = tuple(rng.randint(16, 60) for _ in range(rng.randint(2, 4)))
+        row_mod = rng.randrange(16)
+        cases.append((rng.randint(5, 40), widths, (0, len(widths) - 1), row_mod,
+                      tuple(rng.randrange(16) for _ in widths)))  # fmt: skip
+    return cases
+
+
+SIM_CASES += _random_wide_cases(8, 20261202)
+
+
 def _sim_jobs():
     for case in SIM_CASES:
         _, widths, (first, last), _, _ = case
         whole = first == 0 and last == len(widths) - 1
+        # Groups whose every chunk is 16 bytes or wider run both walks (wide_chunks).
+        walks = (False, True) if min(widths[first : last + 1]) >= 16 else (False,)
         for direction in ("backward", "forward"):
             loaders = ["regs"] + (["cp.async"] if direction == "forward" else [])
             loaders += ["bulk"] if direction == "backward" and whole else []
             for loader in loaders:
-                yield case, direction, loader, False
-                # A view of part of every row (the ops' pitched arrays): the array ends
-                # with its last row's chunks, so row_bytes is short of rows * pitch.
-                if not whole:
-                    yield case, direction, loader, True
+                for wide in walks:
+                    yield case, direction, loader, False, wide
+                    # A view of part of every row (the ops' pitched arrays): the array ends
+                    # with its last row's chunks, so row_bytes is short of rows * pitch.
+                    if not whole:
+                        yield case, direction, loader, True, wide
 
 
-@pytest.mark.parametrize("case, direction, loader, view", list(_sim_jobs()))
-def test_footprint_is_exact_and_nothing_outside_is_touched(case, direction, loader, view):
+@pytest.mark.parametrize("case, direction, loader, view, wide", list(_sim_jobs()))
+def test_footprint_is_exact_and_nothing_outside_is_touched(case, direction, loader, view, wide):
     rows, widths, (first, last), row_mod, mods = case
     pitch = sum(widths)
     offs = [sum(widths[:k]) for k in range(len(widths))]
@@ -204,14 +229,14 @@ def test_footprint_is_exact_and_nothing_outside_is_touched(case, direction, load
     g = _granule(row_mod, pitch, [offs[k] for k in ids], [widths[k] for k in ids], [mods[k] for k in ids])
     whole = first == 0 and last == len(widths) - 1
     kernel = FastcatTile(direction=direction, chunks=len(ids), granule=g, whole_rows=whole, unroll=1, block=64,
-                         loader=loader, target="sm_90")  # fmt: skip
+                         loader=loader, wide_chunks=wide, target="sm_90")  # fmt: skip
     row_bytes = (rows - 1) * pitch + offs[last] + widths[last] if view else rows * pitch
     scalars = {"row_bytes": row_bytes, "row_pitch": pitch, "rows": rows}
     for n, k in enumerate(ids):
         scalars |= {f"chunk{n}_off": offs[k], f"chunk{n}_width": widths[k]}
     grid = 3
     fps = {f.arg: f for f in kernel.footprints((grid, 1, 1), kernel.block, scalars)}
-    rng = random.Random(f"{case}{direction}{loader}")
+    rng = random.Random(f"{case}{direction}{loader}{wide}")
     mem = RecordingMemory()
     # Every allocation is exactly the footprint: the interpreter raises on any byte outside.
     row = mem.alloc(fps["row_ptr"].nbytes, row_mod)
@@ -270,6 +295,12 @@ def test_footprints_refuse_layouts_the_kernel_cannot_do():
     with pytest.raises(FootprintError, match="block"):
         k.footprints((1, 1, 1), (128, 1, 1), good)
     assert [f.nbytes for f in k.footprints((0, 1, 1), k.block, good)] == [0, 0, 0]
+    wide = FastcatTile(direction="forward", chunks=2, granule=4, whole_rows=True, unroll=1, block=64,
+                       wide_chunks=True)  # fmt: skip
+    with pytest.raises(FootprintError, match=r"chunk0_width = 8; built with wide_chunks"):
+        wide.footprints((1, 1, 1), wide.block, good)
+    assert [f.nbytes for f in wide.footprints((1, 1, 1), wide.block, good | {"chunk0_width": 16,
+            "chunk1_off": 16, "row_pitch": 32, "row_bytes": 320})] == [320, 160, 160]  # fmt: skip
     assert (
         not k.safe_for(16, [0, 2], [0, 8])
         and not k.safe_for(1, [0, 0], [0, 8])

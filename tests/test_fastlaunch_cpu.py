@@ -401,7 +401,7 @@ def test_a_dropped_function_takes_its_compiled_launch_with_it():
 
 def test_without_the_extension_the_python_path_launches_alone(monkeypatch):
     """Where runtime._fastlaunch was not built (no C compiler at install): launchers are
-    the generated Python functions, and asking for the compiled path says why not."""
+    the Python launch functions, and asking for the compiled path says why not."""
     monkeypatch.setattr(launch, "_fastlaunch", None)
     monkeypatch.setattr(
         launch, "_fastlaunch_missing", "it was not compiled at install (no C compiler found?)"
@@ -441,8 +441,8 @@ def test_a_build_of_another_source_is_not_used(monkeypatch):
 
 
 def _plan_of_two_steps(fn):
-    """A compiled plan as runtime.ops holds one, of two seed launches over pieces 0 and 1
-    of a wide array: the recipe ``ops._launch_function`` turns into Steps."""
+    """A compiled plan as runtime.op_plans holds one, of two seed launches over pieces 0 and 1
+    of a wide array: the recipe ``op_plans._launch_function`` turns into Steps."""
     from runtime.plan import WIDE, Ptr
 
     steps = [
@@ -453,7 +453,7 @@ def _plan_of_two_steps(fn):
             args=(Ptr(WIDE), Ptr(0, 8), 4, 32, 0), grid=K.grid(8, 4), block=K.block, shared_mem=0
         ),
     ]
-    problem = SimpleNamespace(extents=(4, 16))
+    problem = SimpleNamespace(extents=(4, 16), pieces=2)
     return SimpleNamespace(plan=SimpleNamespace(problem=problem), steps=[(fn, s) for s in steps])
 
 
@@ -461,10 +461,10 @@ def test_the_ops_steps_launch_in_c_what_their_python_function_launches():
     """The launch function of a plan whose raw launches are compiled is a Steps object:
     its driver calls are byte for byte those of the Python function it keeps as
     ``python``, and reading the recipe back gives the values the function computes."""
-    from runtime import ops
+    from runtime import op_plans
 
     fn, binding = compiled(K)
-    steps = ops._launch_function(_plan_of_two_steps(fn), 77)
+    steps = op_plans._launch_function(_plan_of_two_steps(fn), 77)
     assert steps.__class__.__name__ == "Steps" and callable(steps.python)
     steps(0x10000, 0x90000, 0xA0000)
     steps.python(0x10000, 0x90000, 0xA0000)
@@ -483,10 +483,10 @@ def test_the_ops_steps_hand_python_whatever_c_does_not_take():
     An address plus an offset past 64 bits, a failed driver call or a closed module: that
     step goes to its prepared raw launch as ints (the steps before it stay launched, as in
     the Python function), which launches it through the Python path or raises there."""
-    from runtime import ops
+    from runtime import op_plans
 
     fn, binding = compiled(K)
-    steps = ops._launch_function(_plan_of_two_steps(fn), 77)
+    steps = op_plans._launch_function(_plan_of_two_steps(fn), 77)
     for args in (("x", 1, 2), (1, 2), (1, 2, 3, 4), (-1, 2, 3), (2**64, 2, 3)):
         with pytest.raises(Exception) as c_error:
             steps(*args)
@@ -557,11 +557,11 @@ def test_steps_are_made_only_of_compiled_raw_launches():
 def test_the_ops_steps_leak_no_reference(c_result):
     """Launched in C, refused (to Python, which raises), and, with the driver refusing the C
     call, launched by the Python path: every object keeps its reference count."""
-    from runtime import ops
+    from runtime import op_plans
 
     fn, binding = compiled(K)
     binding.c_result = c_result
-    steps = ops._launch_function(_plan_of_two_steps(fn), 77)
+    steps = op_plans._launch_function(_plan_of_two_steps(fn), 77)
     raws = steps.raws
     assert len(raws) == 2 and all(r.__class__.__name__ == "Prepared" for r in raws)
     w, a, b, top = 0x10000, 0x90000, 0xA0000, 2**64 - 32

@@ -70,6 +70,13 @@ FASTCAT_CASES = [
         ptxgen.kernels.FastcatTile,
         dict(direction="backward", chunks=1, granule=2, unroll=2, loader="bulk", target="sm_90"),
     ),
+    (  # the two-piece walk of chunks 16 bytes or wider, at a byte granule
+        ptxgen.kernels.FastcatTile,
+        dict(direction="backward", chunks=2, granule=1, unroll=1, block=64, wide_chunks=True, target="sm_90"),
+    ),
+    # the strided copy: 2-byte elements over 3 dims, and 16-byte ones with 64-bit strides
+    (ptxgen.kernels.StridedCopy, dict(width=2, rank=3, target="sm_90")),
+    (ptxgen.kernels.StridedCopy, dict(width=16, rank=2, wide_strides=True, target="sm_80")),
     (  # programmatic dependent launch: the prologue every dependent fast kernel has
         ptxgen.kernels.FastcatRect,
         dict(direction="backward", width=16, cols=32, chunks=2, unroll=2, block=128, dependent_launch=True),

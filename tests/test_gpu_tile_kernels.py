@@ -35,10 +35,14 @@ MODES = [
 GRANULES = [1, 2, 4, 8, 16]
 
 
-def _layout(granule: int, whole: bool) -> tuple[list[int], tuple[int, ...]]:
-    """Chunk widths in bytes (multiples of the granule, some not of 16) and the chunks the
-    launch moves: all of them for whole rows, the middle two otherwise."""
-    widths = [3 * granule, 37 * granule, 5 * granule, 16 * granule]
+def _layout(granule: int, whole: bool, wide: bool = False) -> tuple[list[int], tuple[int, ...]]:
+    """Chunk widths in bytes (multiples of the granule, some not of 16; with ``wide``, every
+    one 16 or more) and the chunks the launch moves: all of them for whole rows, the middle
+    two otherwise."""
+    if wide:
+        widths = [16 + 3 * granule, 37 * granule, 16 + granule, 16 * granule]
+    else:
+        widths = [3 * granule, 37 * granule, 5 * granule, 16 * granule]
     return widths, (tuple(range(4)) if whole else (1, 2))
 
 
@@ -63,21 +67,23 @@ def _payload(array, nbytes: int, shift: int) -> np.ndarray:
 
 # 16 KB tiles (unroll 4) are what the planner launches; 32 KB ones fit static shared
 # memory only without staging (regs).
-SHAPES = [(*mode, unroll) for mode in MODES for unroll in ((4, 8) if mode[1] == "regs" else (4,))]
+# Chunks 16 bytes or wider: the two-piece walk (wide_chunks), on the planner's tiles.
+SHAPES = [(*mode, unroll, False) for mode in MODES for unroll in ((4, 8) if mode[1] == "regs" else (4,))]
+SHAPES += [(*mode, 4, True) for mode in MODES]
 
 
 @pytest.mark.parametrize("granule", GRANULES)
-@pytest.mark.parametrize("direction, loader, whole, unroll", SHAPES, ids=lambda v: str(v))
-def test_tile_kernel(dev, direction, loader, whole, unroll, granule):
+@pytest.mark.parametrize("direction, loader, whole, unroll, wide", SHAPES, ids=lambda v: str(v))
+def test_tile_kernel(dev, direction, loader, whole, unroll, wide, granule):
     rng = np.random.default_rng()
-    widths, ids = _layout(granule, whole)
+    widths, ids = _layout(granule, whole, wide)
     pitch = sum(widths)
     offs = [sum(widths[:k]) for k in range(len(widths))]
     tile = 16 * unroll * 256
     rows = -(-4 * tile // pitch)  # four tiles and a bit: two CTAs go round twice
     spec = (
         ("direction", direction), ("chunks", len(ids)), ("granule", granule), ("whole_rows", whole),
-        ("unroll", unroll), ("block", 256), ("loader", loader),
+        ("unroll", unroll), ("block", 256), ("loader", loader), ("wide_chunks", wide),
     )  # fmt: skip
     launch = Launch("tile", spec, ids, 2, "test")
     kernel = launch.kernel(TARGET)

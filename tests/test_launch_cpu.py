@@ -1,17 +1,26 @@
 """The launch path without a GPU: the parameter buffer byte by byte against what ptxas
-and a C compiler lay out, the generated checks, prepared launches and the bindings."""
+and a C compiler lay out, the checks, prepared launches and the bindings."""
 
 from __future__ import annotations
 
 import ctypes
 import re
+import struct
 import subprocess
 import sys
 from types import SimpleNamespace
 
 import pytest
 from conftest import ROOT
-from launch_util import LAYOUTS, RecordingBinding, c_struct, echo_kernel, extremes, kparam_info
+from launch_util import (
+    LAYOUTS,
+    RecordingBinding,
+    c_struct,
+    echo_kernel,
+    errors_in_threads,
+    extremes,
+    kparam_info,
+)
 from test_runtime_cpu import CudaArrayLike, FakeDevice, function_for
 
 import ptxgen
@@ -21,7 +30,7 @@ from runtime import launch as launch_module
 from runtime.errors import CudaError
 from runtime.layout import ArgumentLayout
 
-# Every test runs through the generated Python launch functions and the compiled path.
+# Every test runs through the Python launch functions and the compiled path.
 pytestmark = pytest.mark.usefixtures("launch_path")
 
 K = ptxgen.ChannelCatBackward("f32", 128)
@@ -90,16 +99,70 @@ def test_a_launch_hands_the_driver_the_packed_buffer(name, launch_path):
 # --- the checks ----------------------------------------------------------------------
 
 
-def test_the_generated_source_is_readable_python():
-    fn = function_for(K)
-    source = fn.launcher.source
-    compile(source, "<launch>", "exec")
-    assert "def launch(grid, block, args, *, stream=None, shared_mem=0):" in source
-    assert "bx == 128 and by == 1 and bz == 1" in source
-    # i32 read as .u32: the launch tests the bound struct would not (it packs negative
-    # i32s), and leaves the other to the packing; pack_args, which packs nothing, tests both
-    assert "a2 >= 0 and" in source and "a2 <= 2147483647" not in source.split("def pack(")[0]
-    assert "a2 >= 0 and a2 <= 2147483647" in source.split("def pack(")[1]
+def test_an_i32_read_as_u32_is_refused_negative_at_launch_and_past_its_range_by_the_packing():
+    """A negative i32 packs, and the kernel would read it as a huge .u32: a launch tests
+    that bound itself, in parameter order. The bound struct enforces (2**31) is left to
+    the packing, so its refusal comes after every other argument's check. pack_args,
+    which packs nothing, tests both bounds in parameter order; prepared.raw tests none."""
+    kernel = echo_kernel(LAYOUTS["i32-as-u32 ptr"])  # p0: i32 read as .u32, p1: *f64, then out
+    binding = RecordingBinding(ArgumentLayout(kernel.arg_names, kernel.arg_types))
+    fn = function_for(kernel, binding)
+    negative = re.escape(
+        "argument 'p0' (i32, read by the kernel as .u32) = -1 is out of range [0, 2147483647]"
+    )
+    past = re.escape("argument 'p0' (i32, read by the kernel as .u32) = 2147483648 is out of range")
+    no_pointer = r"argument 'p1' .* got None"
+    prepared = fn.prepare(1, kernel.block)
+    for launch in (lambda *a: fn.launch(1, kernel.block, a), prepared):
+        with pytest.raises(ValueError, match=negative):
+            launch(-1, 0x100, 0x200)
+        with pytest.raises(ValueError, match=negative):
+            launch(-1, None, 0x200)  # tested where it stands: before p1
+        with pytest.raises(ValueError, match=past):
+            launch(2**31, 0x100, 0x200)
+        with pytest.raises(TypeError, match=no_pointer):
+            launch(2**31, None, 0x200)  # the packing's refusal comes after p1's check
+    assert binding.calls == []
+    with pytest.raises(ValueError, match=past):
+        fn.pack_args((2**31, None, 0x200))
+    with pytest.raises(ValueError, match=negative):
+        fn.pack_args((-1, None, 0x200))
+    assert fn.pack_args((2**31 - 1, 0x100, 0x200)) == [2**31 - 1, 0x100, 0x200]
+    prepared.raw(-1, 0x100, 0x200)  # trusted: struct packs -1 as an i32
+    assert len(binding.calls) == 1 and binding.calls[0].slots[0] == b"\xff" * 4
+
+
+def test_the_python_launch_takes_what_the_compiled_path_hands_it(launch_path):
+    """The C extension calls python_launch with the call's own arguments (grid, block,
+    args, and stream and shared_mem by keyword), and a prepared launch's Python
+    functions with the arguments alone; a prepared launch given the wrong count says
+    how many it takes."""
+    binding = RecordingBinding(ArgumentLayout(K.arg_names, K.arg_types))
+    fn = function_for(K, binding)
+    python = fn.launcher.python_launch
+    python((2, 1, 1), (128, 1, 1), [0x100, 0x200, 1, 4, 3], stream=5, shared_mem=16)
+    python((2, 1, 1), (128, 1, 1), {"dy": 0x100, "dx": 0x200, "chunk_c": 1, "c_total": 4, "chunk_offset": 3})
+    assert [c.args[:9] for c in binding.calls] == [
+        (0xF00D, 2, 1, 1, 128, 1, 1, 16, 5),
+        (0xF00D, 2, 1, 1, 128, 1, 1, 0, 0),
+    ]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'streams'"):
+        python((2, 1, 1), (128, 1, 1), (0x100, 0x200, 1, 4, 3), streams=5)
+    prepared = fn.prepare(2, 128)
+    for call in (prepared, prepared.raw):
+        with pytest.raises(
+            TypeError, match=r"takes 5 arguments \(dy, dx, chunk_c, c_total, chunk_offset\), got 4"
+        ):
+            call(0x100, 0x200, 1, 4)
+        with pytest.raises(TypeError, match="got 6: 1 too many"):
+            call(0x100, 0x200, 1, 4, 3, 9)
+    with pytest.raises(struct.error):
+        prepared.raw(0x100, 0x200, 1.5, 4, 3)  # trusted: what struct refuses, it raises
+    assert len(binding.calls) == 2
+    prepared.raw(0x100, 0x200, 1, 4, 3)
+    assert len(binding.calls) == 3
+    if launch_path == "python":  # the refused call's buffer went back to the pool (C packs on its stack)
+        assert binding.calls[2].args[9] == binding.calls[1].args[9]
 
 
 @pytest.mark.parametrize(
@@ -217,6 +280,19 @@ def test_a_value_out_of_range_is_named_and_not_launched(args, message, how):
     assert len(binding.calls) == 1
 
 
+def test_of_a_run_of_integers_the_first_that_is_wrong_is_named():
+    """chunk_c = 2**31 passes the launch's own test (the packing would refuse it) and
+    c_total = -1 fails it: consecutive integers are checked as one, so the first of
+    them that is wrong is the one named, as pack_args names it."""
+    binding = RecordingBinding(ArgumentLayout(K.arg_names, K.arg_types))
+    fn = function_for(K, binding)
+    prepared = fn.prepare(1, 128)
+    for launch in (lambda *a: fn.launch(1, 128, a), prepared, lambda *a: fn.pack_args(a)):
+        with pytest.raises(ValueError, match=r"'chunk_c' .* = 2147483648 is out of range"):
+            launch(0, 0, 2**31, -1, 0)
+    assert binding.calls == []
+
+
 # --- prepared launches --------------------------------------------------------------
 
 
@@ -308,6 +384,49 @@ def test_a_launch_that_fails_twice_raises():
     with pytest.raises(CudaError):  # CudaUnavailable where no driver can name the error
         fn.launch(1, 128, (0x10, 0x20, 1, 4, 3))
     assert len(binding.calls) == 2
+
+
+def test_a_retried_launch_hands_its_buffer_back_once():
+    """The Python path's pool holds each idle buffer once: held twice, two threads could
+    take the same one. (The compiled path packs on its stack: python_launch is called.)"""
+    binding = FlakyBinding(ArgumentLayout(K.arg_names, K.arg_types), failures=1)
+    fn = function_for(K, binding)
+    fn.device.context.activate = lambda: None
+    fn.launcher.python_launch(1, 128, (0x10, 0x20, 1, 4, 3))
+    fn.launcher.python_launch(1, 128, (0x10, 0x20, 1, 4, 3))
+    assert len(binding.calls) == 3  # the first failed and was tried again
+    assert len(fn.launcher._pool) == 1
+
+
+def test_threads_launching_at_once_never_share_a_buffer(launch_path):
+    """Eight threads launch through the same function and prepared launch, switching as
+    often as the interpreter lets them: each call hands the driver its own values."""
+    binding = RecordingBinding(ArgumentLayout(K.arg_names, K.arg_types))
+    fn = function_for(K, binding)
+    prepared = fn.prepare(K.grid(8, 16), K.block)
+
+    def worker(t: int) -> None:
+        for i in range(200):
+            dy, dx = 0x10000 + 0x1000 * t, 0x90000 + i * 64
+            if i % 3 == 0:
+                fn.launch(K.grid(8, 16), K.block, (dy, dx, 16, 32, 16))
+            elif i % 3 == 1:
+                prepared(dy, dx, 16, 32, 16)
+            else:
+                prepared.raw(dy, dx, 16, 32, 16)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        assert not errors_in_threads(worker, 8)
+    finally:
+        sys.setswitchinterval(interval)
+    seen = [
+        (int.from_bytes(c.slots[0], "little"), int.from_bytes(c.slots[1], "little")) for c in binding.calls
+    ]
+    assert sorted(seen) == sorted(
+        (0x10000 + 0x1000 * t, 0x90000 + i * 64) for t in range(8) for i in range(200)
+    )
 
 
 # --- the layout against the driver's report -----------------------------------------

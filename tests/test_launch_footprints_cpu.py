@@ -6,6 +6,7 @@ launch as before."""
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import pytest
 from conftest import hand_written_kernel
@@ -13,9 +14,10 @@ from launch_util import RecordingBinding
 from test_runtime_cpu import CudaArrayLike, function_for
 
 import ptxgen
+from runtime import launch_checks
 from runtime.layout import ArgumentLayout
 
-# Every test runs through the generated Python launch functions and the compiled path.
+# Every test runs through the Python launch functions and the compiled path.
 pytestmark = pytest.mark.usefixtures("launch_path")
 
 K = ptxgen.ChannelCatBackward("f32", 128)
@@ -142,12 +144,35 @@ def test_an_empty_launch_needs_no_memory():
     assert len(binding.calls) == 1
 
 
-def test_kernels_without_footprints_launch_as_before():
+def test_kernels_without_footprints_launch_as_before(monkeypatch):
+    """A kernel that declares no footprints has its arrays trusted for extent, and no
+    launch of it reaches the footprint check; the same launch of one that declares them
+    asks the kernel once and is refused."""
+    asked = []
+    compute = launch_checks.FootprintCheck.compute
+
+    def counted(self, cache, key):
+        asked.append(key)
+        return compute(self, cache, key)
+
+    monkeypatch.setattr(launch_checks.FootprintCheck, "compute", counted)
     fill = hand_written_kernel()
     fn, binding = recording(fill)
     fn.launch((1, 1, 1), fill.block, (CudaArrayLike("<u4", shape=(1,)), 1000, 7))  # trusted: no footprint
-    assert len(binding.calls) == 1
-    assert "FOOTPRINT(fpc" not in fn.launcher.source and "FOOTPRINT(fpc" in function_for(K).launcher.source
+    undeclared = SimpleNamespace(
+        entry_point_name=K.entry_point_name, block=K.block, arg_types=K.arg_types, arg_names=K.arg_names
+    )  # K's parameters, without its footprints
+    same, same_binding = recording(undeclared)
+    short = (CudaArrayLike(shape=(1, 1)), CudaArrayLike(shape=(1, 1), ptr=0x9000), 16, 32, 16)
+    same.launch(K.grid(8, 16), K.block, short)
+    same.prepare(K.grid(8, 16), K.block)(*short)
+    assert len(binding.calls) == 1 and len(same_binding.calls) == 2 and asked == []
+    declared, declared_binding = recording(K)
+    with pytest.raises(
+        ValueError, match=re.escape("argument 'dy' (*mut f32): this launch reads 256 elements")
+    ):
+        declared.launch(K.grid(8, 16), K.block, short)
+    assert declared_binding.calls == [] and asked == [(16, 32, 16)]
 
 
 def test_int_pointers_are_checked_against_their_allocation_when_asked(monkeypatch):

@@ -9,10 +9,11 @@ import sys
 from types import SimpleNamespace
 
 import pytest
+from strided_util import StridedBuffer, run_strided_step
 
 import ptxgen
 import runtime
-from runtime import launch, ops, plan
+from runtime import launch, op_arrays, op_plans, op_quick, ops, plan
 from runtime.arrays import torch_dtype_table
 from runtime.plan import MAX_STEPS, DeviceTraits, Problem, Ptr, Step, Variant, make_plan, seed_block_size
 
@@ -49,6 +50,7 @@ def no_device(monkeypatch):
 
     monkeypatch.setattr(ops, "_device_for", reached)
     monkeypatch.setattr(ops, "_compiled", reached)
+    monkeypatch.setattr(op_quick, "_compiled", reached)
 
 
 # --- checks and messages ---------------------------------------------------------------
@@ -72,13 +74,14 @@ BACKWARD_CASES = [
     ((np.zeros((4, 10)), [4, 6]), {}, TypeError, "dy: ndarray lives in host (CPU) memory"),
     ((None, [4, 6]), {}, TypeError, "dy must be a device array (runtime.DeviceArray, or an object with __cuda_array_interface__"),
     (([1, 2], [1, 1]), {}, TypeError, "not list"),
-    ((FakeArray((4, 10), strides=(80, 8)), [4, 6]), {}, ValueError, "dy is not dense (shape (4, 10), strides (20, 2)): the ops take row-major arrays, dense ones in another memory order (channels_last) and, for the wide array (dy of a split, out of a concat), a view of part of every row of a wider one (x[:, :96]); not general strides"),
-    ((FakeArray((4, 10), strides=(36, 4)), [4, 6]), {}, ValueError, "dy is not dense (shape (4, 10), strides (9, 1))"),  # rows overlap
-    ((FakeArray((3, 10), strides=(0, 4)), [4, 6]), {}, ValueError, "dy is not dense (shape (3, 10), strides (0, 1))"),  # broadcast rows
-    ((FakeArray((2, 3, 10), strides=(40, 0, 4)), [4, 6], -1), {}, ValueError, "dy is not dense (shape (2, 3, 10), strides (10, 0, 1))"),
-    ((DY, [4, 6]), {"out": [FakeArray((4, 4, 3), ptr=1 << 44, strides=(96, 12, 4)), FakeArray((4, 6, 3), ptr=1 << 45)]},
-     ValueError, "out[0] is not dense (shape (4, 4, 3), strides (24, 3, 1))"),  # pieces are packed
-    ((FakeArray((4, 10), strides=(4, 16)), [4, 6]), {}, ValueError, "dy is memory order (1, 0), and its results would be runtime.DeviceArrays, which are row-major; pass out= arrays in its memory order"),
+    # an out= of any strides is taken, but not one that gives two elements one address, nor
+    # one whose span reaches into dy's (arrays of any strides compare by their spans)
+    ((DY, [4, 6]), {"out": [FakeArray((4, 4, 3), ptr=1 << 44, strides=(0, 12, 4)), FakeArray((4, 6, 3), ptr=1 << 45)]},
+     ValueError, "out[0] (shape (4, 4, 3), strides (0, 3, 1)) gives more than one of its elements the same memory (an expanded or overlapping view)"),
+    ((DY, [4, 6]), {"out": [FakeArray((4, 4, 3), ptr=1 << 44, strides=(48, 8, 16)), FakeArray((4, 6, 3), ptr=1 << 45)]},
+     ValueError, "out[0] (shape (4, 4, 3), strides (12, 2, 4)) gives more than one of its elements"),
+    ((DY, [4, 6]), {"out": [FakeArray((4, 4, 3), ptr=0x7F00_0000_0000 + 400, strides=(4, 16, 64)), FakeArray((4, 6, 3), ptr=1 << 45)]},
+     ValueError, "dy and out[0] overlap (bytes 0x7f0000000190..0x7f00000001e0); an output may not share memory with an input or another output (arrays of any strides are compared by the span"),
     ((FakeArray((4, 10), ptr=0x7F00_0000_0002), [4, 6]), {}, ValueError, "dy starts at address 0x7f0000000002, not a multiple of its element size (4 bytes for f32)"),
     ((DY, [4, 6]), {"out": FakeArray((4, 4, 3))}, TypeError, "out must be a list or tuple of arrays, not FakeArray"),
     ((DY, [4, 6]), {"out": [FakeArray((4, 4, 3), ptr=1 << 44)]}, ValueError, "out has 1 arrays for 2 sizes; give one per size"),
@@ -165,8 +168,8 @@ def test_inputs_may_share_memory_but_valid_calls_reach_the_device(monkeypatch):
 def test_the_quick_paths_overlap_test(spans, disjoint):
     """The quick path tests outputs in address order itself and leaves any other order
     to this; whatever the order, a shared byte is found."""
-    assert ops._disjoint(list(spans)) is disjoint
-    assert ops._disjoint(list(reversed(spans))) is disjoint
+    assert op_quick._disjoint(list(spans)) is disjoint
+    assert op_quick._disjoint(list(reversed(spans))) is disjoint
 
 
 @pytest.mark.parametrize(
@@ -379,6 +382,14 @@ class EmulatedDevice:
 
             def launch(self, grid, block, args, *, stream=None, shared_mem=0):
                 device.launches.append((kernel.id, grid, args, stream))
+                if kernel.name == "strided_copy":  # the contract, with each side's bytes to its end
+                    src, dst = args[0], args[1]
+                    arrays = {
+                        i: StridedBuffer(device.rest_of_allocation(p), 0, (), (), kernel.width)
+                        for i, p in enumerate((src, dst))
+                    }
+                    run_strided_step(Step(kernel, grid, block, (Ptr(0), Ptr(1), *args[2:])), arrays)
+                    return
                 isz = ptxgen.resolve_dtype(kernel.dtype).itemsize
                 src, dst = args[0], args[1]
                 arrays = {0: device.rest_of_allocation(src), 1: device.rest_of_allocation(dst)}
@@ -504,21 +515,23 @@ def test_channels_last_arrays_split_and_join_as_the_rows_their_memory_holds(emul
     assert np.array_equal(_logical(emulated, y, np.int16), data)
     rows = ops.plan_for("backward", "i16", 2 * 3 * 5, sizes)
     assert emulated.launches[-1][1] == rows.steps[-1].grid  # the (rows, C) plan ran
+    # arrays in different orders, and a DeviceArray's results (row-major only) of a
+    # channels_last input: the strided copy, every element where it belongs
     row_major = emulated.array((2, sum(sizes), 3, 5), "i16")
-    with pytest.raises(
-        ValueError,
-        match=r"out\[0\] is row-major and dy is channels_last \(memory order \(0, 2, 3, 1\)\); give every array in one memory order",
-    ):
-        runtime.channel_cat_backward(dy, [shape[1]], 1, out=[row_major])
-    with pytest.raises(ValueError, match=r"dy is channels_last .*its results would be runtime.DeviceArrays"):
-        runtime.channel_cat_backward(dy, sizes, 1)
+    before = len(emulated.launches)
+    runtime.channel_cat_backward(dy, [shape[1]], 1, out=[row_major])
+    assert np.array_equal(emulated.read(row_major, np.int16), data)
+    made = runtime.channel_cat_backward(dy, sizes, 1)
+    for got, want in zip(made, np.split(data, np.cumsum(sizes)[:-1], axis=1)):
+        assert got.shape == want.shape and np.array_equal(emulated.read(got, np.int16), want)
+    assert {k.split("__")[0] for k, *_ in emulated.launches[before:]} == {"strided_copy"}
 
 
 def test_a_shape_is_planned_once_and_replanned_for_new_alignments(emulated, monkeypatch):
     made = []
-    real = ops.make_plan
+    real = op_plans.make_plan
     monkeypatch.setattr(
-        ops, "make_plan", lambda problem, traits: made.append(problem) or real(problem, traits)
+        op_plans, "make_plan", lambda problem, traits: made.append(problem) or real(problem, traits)
     )
     data = np.arange(6 * 10, dtype=np.float32).reshape(6, 10)
     dy = emulated.array((6, 10), "f32", data)
@@ -573,7 +586,7 @@ def test_arrays_that_name_a_stream_are_ordered_before_the_launch(emulated, monke
     after every check passed and before the launch."""
     calls = []
     monkeypatch.setattr(
-        ops, "order_after", lambda device, consumer, producer: calls.append((consumer, producer))
+        op_arrays, "order_after", lambda device, consumer, producer: calls.append((consumer, producer))
     )
     data = np.arange(40, dtype=np.float32).reshape(4, 10)
     dy = emulated.array((4, 10), "f32", data)
@@ -615,7 +628,7 @@ def test_the_quick_path_launches_what_the_general_path_would(
     launches as the general path. Outputs allocated in descending address order make it
     test their overlap the long way. Compiled, the second call is the C path's alone."""
     emulated.closed = False
-    monkeypatch.setattr(ops, "device_of", lambda ordinal: emulated)
+    monkeypatch.setattr(op_quick, "device_of", lambda ordinal: emulated)
     data = np.random.default_rng().integers(-(2**63), 2**63, shape, dtype=np.int64)
     dy = _device_array(emulated, shape, "i64", data)
     want = np.split(data, np.cumsum(sizes)[:-1], axis=dim)
@@ -652,25 +665,25 @@ def test_the_quick_path_forgets_closed_devices(emulated, monkeypatch, launch_pat
     """A closed device's quick-path entries (and the modules they hold) go at the next
     new entry, not when the table next fills."""
     emulated.closed = False
-    monkeypatch.setattr(ops, "device_of", lambda ordinal: emulated)
+    monkeypatch.setattr(op_quick, "device_of", lambda ordinal: emulated)
     dy = _device_array(emulated, (4, 10), "f32")
     runtime.channel_cat_backward(dy, [3, 7], 1, out=[_device_array(emulated, (4, s), "f32") for s in (3, 7)])
-    assert any(c.device is emulated for c in ops._quick_calls.values())
+    assert any(c.device is emulated for c in op_quick._quick_calls.values())
     emulated.closed = True
     other = EmulatedDevice()
     other.closed = False
-    monkeypatch.setattr(ops, "device_of", lambda ordinal: other)
+    monkeypatch.setattr(op_quick, "device_of", lambda ordinal: other)
     monkeypatch.setattr(ops, "_device_for", lambda op, named: other)
     dy2 = _device_array(other, (4, 10), "f32")
     runtime.channel_cat_backward(dy2, [5, 5], 1, out=[_device_array(other, (4, 5), "f32") for _ in range(2)])
-    assert ops._quick_calls and all(c.device is other for c in ops._quick_calls.values())
+    assert op_quick._quick_calls and all(c.device is other for c in op_quick._quick_calls.values())
 
 
 def test_the_quick_path_leaves_what_it_refuses_to_the_general_path(emulated, monkeypatch, launch_path):
     """Overlap, a wrong shape, another dtype, a bool size: the quick path launches nothing
     and the general path raises the error that names the problem."""
     emulated.closed = False
-    monkeypatch.setattr(ops, "device_of", lambda ordinal: emulated)
+    monkeypatch.setattr(op_quick, "device_of", lambda ordinal: emulated)
     dy = _device_array(emulated, (4, 10), "f32")
     a, b = _device_array(emulated, (4, 3), "f32"), _device_array(emulated, (4, 7), "f32")
     runtime.channel_cat_backward(dy, [3, 7], 1, out=[a, b])  # remembered
@@ -700,7 +713,7 @@ def test_the_quick_path_leaves_what_it_refuses_to_the_general_path(emulated, mon
 
 class _FakeTensor:
     """What the quick path and the general reader read of a CUDA ``torch.Tensor``, over
-    the emulated device's memory (put in as the tensor class, ``ops._tensor_class``)."""
+    the emulated device's memory (put in as the tensor class, ``op_arrays._tensor_class``)."""
 
     def __init__(self, device, shape, dtype, data=None, requires_grad=False):
         self._array = device.array(shape, dtype, data)
@@ -720,10 +733,12 @@ class _FakeTensor:
 @pytest.fixture
 def mixed(emulated, monkeypatch, launch_path):
     emulated.closed = False
-    monkeypatch.setattr(ops, "device_of", lambda ordinal: emulated)
-    monkeypatch.setattr(ops, "_tensor_class", [_FakeTensor])
+    monkeypatch.setattr(op_quick, "device_of", lambda ordinal: emulated)
+    tensor_class = [_FakeTensor]  # one list, the reader's and the quick path's
+    monkeypatch.setattr(op_arrays, "_tensor_class", tensor_class)
+    monkeypatch.setattr(op_quick, "_tensor_class", tensor_class)
     if launch_path == "compiled":  # a C quick path of the test's own, taking the fake tensors
-        quick = launch.compiled_ops(ops._quick_calls)
+        quick = launch.compiled_ops(op_quick._quick_calls)
         quick.bind_torch(_FakeTensor, torch_dtype_table())
         monkeypatch.setattr(ops, "_quick_c", quick)
     return emulated
@@ -807,7 +822,7 @@ def test_the_c_quick_path_survives_python_code_run_in_the_middle(emulated, monke
     from runtime import stream as streams
 
     emulated.closed = False
-    monkeypatch.setattr(ops, "device_of", lambda ordinal: emulated)
+    monkeypatch.setattr(op_quick, "device_of", lambda ordinal: emulated)
     data = np.arange(40, dtype=np.float32).reshape(4, 10)
     dy = _device_array(emulated, (4, 10), "f32", data)
     out = [_device_array(emulated, (4, s), "f32") for s in (3, 7)]
@@ -819,7 +834,7 @@ def test_the_c_quick_path_survives_python_code_run_in_the_middle(emulated, monke
         def closed(self):  # another thread's clear_plans() while this one reads it
             if armed[0]:
                 armed[0] = False
-                ops._quick_calls.clear()
+                op_quick._quick_calls.clear()
             return False
 
     monkeypatch.setattr(emulated, "__class__", Closing)
@@ -861,7 +876,7 @@ def test_the_c_quick_path_runs_the_ops_steps_in_c(emulated, monkeypatch, launch_
     from runtime.layout import ArgumentLayout
 
     emulated.closed = False
-    monkeypatch.setattr(ops, "device_of", lambda ordinal: emulated)
+    monkeypatch.setattr(op_quick, "device_of", lambda ordinal: emulated)
     bindings = []
 
     def load(kernel):  # a real compiled Function, its driver a recorder
@@ -873,7 +888,7 @@ def test_the_c_quick_path_runs_the_ops_steps_in_c(emulated, monkeypatch, launch_
     dy = _device_array(emulated, (4, 10), "f32")
     out = [_device_array(emulated, (4, s), "f32") for s in (3, 7)]
     runtime.channel_cat_backward(dy, [3, 7], 1, out=out, stream=7)
-    (call,) = ops._quick_calls.values()
+    (call,) = op_quick._quick_calls.values()
     assert [type(f).__name__ for f in call.launches.values()] == ["Steps"]
     first = [(c.args[:9], c.slots) for b in bindings for c in b.calls]
     assert len(first) == 2 and all(c.compiled for b in bindings for c in b.calls)
@@ -970,7 +985,7 @@ def test_an_error_in_a_compiled_step_comes_out_of_the_op(emulated, monkeypatch, 
     from runtime.layout import ArgumentLayout
 
     emulated.closed = False
-    monkeypatch.setattr(ops, "device_of", lambda ordinal: emulated)
+    monkeypatch.setattr(op_quick, "device_of", lambda ordinal: emulated)
     functions = []
 
     def load(kernel):
@@ -1033,16 +1048,18 @@ class _StandInCupy:
 def test_a_cupy_array_is_read_from_its_attributes_with_its_device_and_stream(monkeypatch):
     cupy = _StandInCupy()
     monkeypatch.setitem(sys.modules, "cupy", cupy)
-    a = ops._recognise("op", "dy", cupy.ndarray((6, 10), "<f4", 1 << 40, device=1), 0)
+    a = op_arrays._recognise("op", "dy", cupy.ndarray((6, 10), "<f4", 1 << 40, device=1), 0)
     assert (a.shape, a.dtype.name, a.ptr, a.ordinal, a.nbytes) == ((6, 10), "f32", 1 << 40, 1, 240)
     assert a.stream == 1 and a.strides is None and a.order is None  # the null stream: legacy
     cupy_on_stream = _StandInCupy(current_stream=0x5000)
     monkeypatch.setitem(sys.modules, "cupy", cupy_on_stream)
-    b = ops._recognise("op", "dy", cupy_on_stream.ndarray((6, 10), "<f4", 1 << 40), 0)
+    b = op_arrays._recognise("op", "dy", cupy_on_stream.ndarray((6, 10), "<f4", 1 << 40), 0)
     assert b.stream == 0x5000 and 0x5000 in runtime.stream.known_stream_handles()
     # channels_last (N, C, H, W) in byte strides: its memory order
     monkeypatch.setitem(sys.modules, "cupy", cupy)
-    c = ops._recognise("op", "x", cupy.ndarray((2, 3, 4, 5), "<f2", 1 << 40, strides=(120, 2, 30, 6)), 0)
+    c = op_arrays._recognise(
+        "op", "x", cupy.ndarray((2, 3, 4, 5), "<f2", 1 << 40, strides=(120, 2, 30, 6)), 0
+    )
     assert c.order == (0, 2, 3, 1) and c.strides == (60, 1, 15, 3)
 
 
@@ -1051,10 +1068,10 @@ def test_a_cupy_array_the_reader_does_not_take_goes_to_the_interface(monkeypatch
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     bf16 = cupy.ndarray((4, 4), "<V2", 1 << 40)  # a dtype CAI cannot spell
     with pytest.raises(TypeError, match="not the interface"):  # the interface was asked
-        ops._recognise("op", "dy", bf16, 0)
+        op_arrays._recognise("op", "dy", bf16, 0)
     gappy = cupy.ndarray((4, 4), "<f4", 1 << 40, strides=(32, 4))  # pitched rows
     with pytest.raises(TypeError, match="not the interface"):  # the interface was asked
-        ops._recognise("op", "dy", gappy, 0)
+        op_arrays._recognise("op", "dy", gappy, 0)
 
 
 def test_an_empty_array_beside_permuted_ones_is_in_their_order(emulated):
@@ -1097,12 +1114,13 @@ def test_a_torch_tensor_of_any_strides_is_read_through_its_attributes(monkeypatc
         def __cuda_array_interface__(self):
             raise AssertionError("read through its attributes, not the interface")
 
-    monkeypatch.setattr(ops, "_tensor_class", [Strided])
+    monkeypatch.setattr(op_arrays, "_tensor_class", [Strided])
     view = Strided((4, 10), (16, 1))  # x[:, :10] of a (4, 16) tensor
-    a = ops._recognise("op", "dy", view, 0, wide=True)
+    a = op_arrays._recognise("op", "dy", view, 0)
     assert a.strides == (16, 1) and a.order is None and a.ordinal == 0
-    assert ops._wide_pitch("op", "dy", a, 1) == 16 and a.nbytes == (3 * 16 + 10) * 4
-    with pytest.raises(ValueError, match=r"out\[0\] is not dense \(shape \(4, 10\), strides \(16, 1\)\)"):
-        ops._recognise("op", "out[0]", view, 0)
-    cl = ops._recognise("op", "x", Strided((2, 3, 4, 5), (60, 1, 15, 3)), 0)  # channels_last
+    assert op_arrays._wide_pitch(a, 1) == 16 and a.nbytes == (3 * 16 + 10) * 4
+    # x[:, ::2]: the strided path's
+    stepped = op_arrays._recognise("op", "out[0]", Strided((4, 10), (32, 2)), 0)
+    assert stepped.strides == (32, 2) and stepped.order is None and op_arrays._wide_pitch(stepped, 1) is None
+    cl = op_arrays._recognise("op", "x", Strided((2, 3, 4, 5), (60, 1, 15, 3)), 0)  # channels_last
     assert cl.order == (0, 2, 3, 1)

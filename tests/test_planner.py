@@ -32,7 +32,9 @@ from ptxgen import toolchain
 from ptxgen.dtypes import DTYPES
 from ptxgen.kernel import KernelBase, conformance_problems
 from ptxgen.kernels import fastcat as fc
+from ptxgen.kernels import strided
 from ptxgen.kernels.fastcat_common import WIDTHS
+from ptxgen.kernels.plan_strided import StridedProblem, make_strided_plan
 from runtime import plan
 from runtime.plan import DeviceTraits, Problem, Ptr, Step, make_plan
 
@@ -218,9 +220,10 @@ KEPT = {
 OPTIONS = {
     "channel_cat": {"inline"},
     "rect": {"direction", "width", "chunks", "dependent_launch"},
-    "tile": {"direction", "granule", "chunks", "whole_rows", "loader", "dependent_launch"},
+    "tile": {"direction", "granule", "chunks", "whole_rows", "loader", "wide_chunks", "dependent_launch"},
     "rowpack": {"direction", "staged", "outputs", "dependent_launch"},
     "vec": {"direction", "width", "chunks", "dependent_launch"},
+    "strided": {"width", "rank", "wide_strides"},
 }
 TUNED = {
     "channel_cat": {"dtype", "block_size", "target"},
@@ -228,12 +231,15 @@ TUNED = {
     "tile": {"unroll", "block", "target"},
     "rowpack": {"widths", "block", "target"},
     "vec": {"unroll", "block", "target"},
+    "strided": {"block", "target"},
 }
 
 
 def _family(cls: type) -> str:
     """``FastcatTile`` -> ``tile``; both seed kernels -> ``channel_cat``."""
     name = cls.__name__
+    if name == "StridedCopy":
+        return "strided"
     return "channel_cat" if name.startswith("ChannelCat") else name.removeprefix("Fastcat").lower()
 
 
@@ -242,6 +248,9 @@ def _options(kernel) -> Iterator[tuple[str, str, object]]:
     family = _family(type(kernel))
     if family == "channel_cat":
         yield family, "inline", kernel.inline
+        return
+    if family == "strided":
+        yield from ((family, o, getattr(kernel, o)) for o in ("width", "rank", "wide_strides"))
         return
     yield family, "direction", kernel.direction
     yield family, "dependent_launch", kernel.dependent_launch
@@ -253,6 +262,7 @@ def _options(kernel) -> Iterator[tuple[str, str, object]]:
         yield family, "granule", kernel.granule
         yield family, "whole_rows", kernel.whole_rows
         yield family, "loader", (kernel.direction, kernel.loader)
+        yield family, "wide_chunks", kernel.wide_chunks
     if family == "rowpack":
         yield family, "staged", kernel.staged
         yield family, "outputs", "all" if kernel.outputs == tuple(range(len(kernel.widths))) else "some"
@@ -261,7 +271,7 @@ def _options(kernel) -> Iterator[tuple[str, str, object]]:
 def _universe() -> set[tuple[str, str, object]]:
     """Every (family, option, value) the kernels of ptxgen/kernels accept, found by
     building them (a value a family refuses on every target is not one of its options)."""
-    from ptxgen.kernels import FastcatRect, FastcatRowpack, FastcatTile, FastcatVec
+    from ptxgen.kernels import FastcatRect, FastcatRowpack, FastcatTile, FastcatVec, StridedCopy
 
     found: set[tuple[str, str, object]] = set()
 
@@ -282,11 +292,17 @@ def _universe() -> set[tuple[str, str, object]]:
                         for k in (1, 3):
                             add(FastcatTile, direction=d, chunks=k, granule=g, whole_rows=whole,
                                 loader=loader, dependent_launch=pdl)  # fmt: skip
+                    add(FastcatTile, direction=d, chunks=2, granule=1, whole_rows=whole, loader=loader,
+                        wide_chunks=True, dependent_launch=pdl)  # fmt: skip
             for staged in (False, True):
                 add(FastcatRowpack, direction=d, widths=(1, 3), staged=staged, dependent_launch=pdl)
                 if d == "backward":
                     add(FastcatRowpack, direction=d, widths=(1, 3), staged=staged, outputs=(1,),
                         dependent_launch=pdl)  # fmt: skip
+    for width in strided.WIDTHS:
+        for rank in range(1, strided.MAX_RANK + 1):
+            for wide in (False, True):
+                add(StridedCopy, width=width, rank=rank, wide_strides=wide)
     for inline in (True, False):
         found.update(_options(ptxgen.ChannelCatBackward("f32", 128, inline=inline)))
         found.update(_options(ptxgen.ChannelCatForward("f32", 128, inline=inline)))
@@ -350,6 +366,33 @@ def _random_problem(rng: random.Random) -> tuple[str, ptxgen.DType | None, int, 
     return rng.choice(("backward", "forward")), dtype, rows, tuple(sizes), wide, tuple(aligns)
 
 
+def _random_strided_problem(rng: random.Random) -> StridedProblem:
+    """Arrays of 1 to 8 dims in random orders, some with steps, reversed or broadcast,
+    and now and then a stride past 32 bits (planning allocates nothing)."""
+    rank = rng.randint(1, 8)
+    shape = [rng.randint(1, 5) for _ in range(rank)]
+    axis = rng.randrange(rank)
+    shape[axis] = rng.randint(1, 6)
+    cut = rng.randint(0, shape[axis])
+    sizes = (cut, shape[axis] - cut)
+
+    def layout(dims: list[int], writes: bool) -> tuple[int, ...]:
+        order = rng.sample(range(len(dims)), len(dims))
+        strides, step = [0] * len(dims), 1
+        for d in reversed(order):
+            strides[d] = step * rng.choice((1, 1, 2, 3))
+            step *= dims[d] * rng.choice((1, 1, 2))
+        for d in range(len(dims)):
+            r = rng.random()
+            strides[d] *= -1 if r < 0.1 else (1 << 32) if r < 0.15 else 0 if r < 0.2 and not writes else 1
+        return tuple(strides)
+
+    op = rng.choice(("backward", "forward"))
+    pieces = tuple(layout([*shape[:axis], s, *shape[axis + 1 :]], op == "backward") for s in sizes)
+    return StridedProblem(op, rng.choice((1, 2, 4, 8, 16)), tuple(shape), axis, sizes,
+                          layout(shape, op == "forward"), pieces)  # fmt: skip
+
+
 def test_every_family_and_option_is_chosen():
     """At least 5,000 random problems: every (family, option, value) of ptxgen/kernels is
     chosen by some plan, or is in KEPT (and then chosen by none)."""
@@ -380,6 +423,10 @@ def test_every_family_and_option_is_chosen():
         for step in steps:
             _check_step(step, traits)
             chosen.update(_options(step.kernel))
+        if planned % 5 == 0:  # and a split or concat of arrays of any strides
+            for step in make_strided_plan(_random_strided_problem(rng), traits).steps:
+                _check_step(step, traits)
+                chosen.update(_options(step.kernel))
     universe = _universe()
     never = universe - chosen
     assert chosen <= universe, sorted(map(str, chosen - universe))

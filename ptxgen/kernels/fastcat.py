@@ -376,6 +376,7 @@ def _choose(
         spec = (
             ("direction", direction), ("chunks", len(group)), ("granule", granule), ("whole_rows", whole),
             ("unroll", unroll), ("block", tile_block), ("loader", loader),
+            ("wide_chunks", min(widths[k] for k in group) >= 16),
         )  # fmt: skip
         launches.append(
             Launch(

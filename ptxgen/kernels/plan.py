@@ -114,6 +114,11 @@ class Problem:
         return sum(self.extents)
 
     @property
+    def pieces(self) -> int:
+        """How many pieces the wide array is cut into."""
+        return len(self.extents)
+
+    @property
     def row_pitch(self) -> int:
         """Elements from one wide row's start to the next one's."""
         return self.pitch or self.extent

@@ -1,0 +1,350 @@
+"""How the ops read their array arguments, and the checks on them.
+
+:func:`_recognise` reads any array an op is given (a :class:`runtime.DeviceArray`, a
+torch tensor or CuPy array through its own attributes, anything else through
+``__cuda_array_interface__`` or DLPack) into an :class:`_Array`, or raises naming the
+argument; the checks after it (alignment, an output's shape, dtype and writability, one
+memory order, overlap, one device) raise naming the argument too, before anything is
+allocated or launched. The ops' general path (:mod:`runtime.ops`) runs them; the quick
+path (:mod:`runtime.op_quick`) shares only the torch tensor class.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ptxgen.dtypes import DTYPES, DType, dtype_from_typestr
+
+from .arrays import allocation_of, dtype_of_torch
+from .device import Device, device_of
+from .interop import describe
+from .memory import DeviceArray
+from .outputs import array_kind
+from .stream import order_after, trust_stream_handle
+from .strided_ops import Strided, row_major_strides
+from .strides import in_order, memory_order
+
+
+class _Array:
+    """What an op needs to know of one array argument (a slotted class: an op reads
+    two or more of these per call, and a frozen dataclass costs several times more)."""
+
+    __slots__ = (
+        "device", "dtype", "nbytes", "obj", "order", "ordinal", "ptr", "readonly", "shape", "stream",
+        "strides",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        obj: Any,
+        shape: tuple[int, ...],
+        dtype: DType,
+        ptr: int,
+        readonly: bool,
+        device: Device | None,  # known for a DeviceArray
+        ordinal: int | None,  # known for a DeviceArray, torch and DLPack; CAI does not say
+        nbytes: int,
+        stream: int | None = None,  # CAI v3: the producer's stream, to be ordered after
+        strides: tuple[int, ...] | None = None,  # in elements, where not row-major
+        order: tuple[int, ...] | None = None,  # its dims in memory order, where not row-major
+    ) -> None:
+        self.obj, self.shape, self.dtype, self.ptr = obj, shape, dtype, ptr
+        self.readonly, self.device, self.ordinal, self.nbytes = readonly, device, ordinal, nbytes
+        self.strides, self.order = strides, order
+        self.stream = stream
+
+
+_tensor_class: list[type | None] = [None]  # torch.Tensor, once torch has been imported
+# Each is called with torch.Tensor when torch is first seen: runtime.ops binds its C path
+# so, which this module, imported by it, cannot name.
+_torch_seen: list[Callable[[type], None]] = []
+
+
+def _torch_tensor_class() -> type | None:
+    """``torch.Tensor`` once torch has been imported (by anyone), remembered; else None."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        if _tensor_class[0] is None:
+            for seen in _torch_seen:
+                seen(torch.Tensor)
+        _tensor_class[0] = torch.Tensor
+    return _tensor_class[0]
+
+
+def _torch_array(value: Any) -> _Array | None:
+    """A CUDA tensor read through torch's own attributes (no interface dict built: torch's
+    own exports cost tens of µs), or None when it is anything else: the general path then
+    accepts it or says why not. Strides that are not dense in any order are kept (order
+    None): a pitched wide array, or the not-dense error of :func:`_recognise`."""
+    try:
+        dtype = dtype_of_torch(value.dtype)
+        if dtype is None or not value.is_cuda:
+            return None
+        strides = order = None
+        if not value.is_contiguous():  # dense in another order (channels_last), or pitched, or not dense
+            strides = tuple(value.stride())
+            order = memory_order(value.shape, strides)
+        # torch.Size is a tuple: kept as it is. A tensor that requires grad counts as
+        # read-only: it may be read, but an op writing it would do so behind autograd.
+        return _Array(
+            value, value.shape, dtype, value.data_ptr(), value.requires_grad, None, value.get_device(),
+            value.nbytes, None, strides, order,
+        )  # fmt: skip
+    except Exception:  # a meta, fake or sparse tensor: the general path names the problem
+        return None
+
+
+def _cupy_array(value: Any) -> _Array | None:
+    """A CuPy array read through CuPy's own attributes, as Function.launch reads one:
+    its device from the array (no driver query for where its address lives), and the
+    stream its ``__cuda_array_interface__`` would name (CuPy's current one; its null
+    stream is the legacy default). None for what this does not take (a dtype CAI
+    cannot spell, such as bf16, or strides that are not dense): the interface, or
+    DLPack, then reads it or says why not."""
+    try:
+        dtype = dtype_from_typestr(value.dtype.str)
+        if dtype is None:
+            return None
+        shape = value.shape
+        strides = order = None
+        if not value.flags.c_contiguous and value.size:
+            itemsize = dtype.itemsize
+            if any(s % itemsize for s in value.strides):
+                return None
+            strides = tuple(s // itemsize for s in value.strides)
+            order = memory_order(shape, strides)
+            if order is None:
+                return None
+        producer = sys.modules["cupy"].cuda.get_current_stream().ptr
+        return _Array(
+            value, shape, dtype, int(value.data.ptr), False, None, value.device.id, value.nbytes,
+            trust_stream_handle(producer) if producer else 1, strides, order,
+        )  # fmt: skip
+    except Exception:  # an older CuPy, a subclass that behaves otherwise: the interface decides
+        return None
+
+
+def _recognise(op: str, what: str, value: Any, stream: int) -> _Array:
+    """Read an array argument, or raise naming it and what is accepted. Arrays of any
+    strides are read: where not row-major, ``strides`` holds them and ``order`` their
+    memory order where they are dense in one (None otherwise)."""
+    cls = value.__class__
+    if cls is DeviceArray:
+        key = value.launch_key  # (device, dtype) while open and not empty
+        if key is not None:
+            device, dtype = key
+            return _Array(
+                value, value.shape, dtype, value.address, False, device, device.ordinal, value.nbytes
+            )
+        if value.closed:
+            raise ValueError(f"{op}: {what} is a closed DeviceArray")
+        return _Array(
+            value, value.shape, DTYPES[value.dtype], 0, False, value.device, value.device.ordinal, 0
+        )
+    tensor = _tensor_class[0]
+    if tensor is None:
+        tensor = _torch_tensor_class()
+    if tensor is not None and (cls is tensor or isinstance(value, tensor)):  # nn.Parameter too
+        found = _torch_array(value)
+        if found is not None:
+            return found
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(value, cupy.ndarray):
+        found = _cupy_array(value)
+        if found is not None:
+            return found
+    if value is None or isinstance(value, (int, float, str, bytes, list, tuple)):
+        raise TypeError(
+            f"{op}: {what} must be a device array (runtime.DeviceArray, or an object with "
+            f"__cuda_array_interface__ or __dlpack__ such as a CUDA torch tensor or CuPy array), "
+            f"not {type(value).__name__}"
+        )
+    try:
+        info = describe(value, stream)
+    except TypeError as err:
+        raise TypeError(f"{op}: {what}: {err}") from None
+    except Exception as err:  # the exporter's own error (BufferError, a malformed interface dict)
+        raise TypeError(
+            f"{op}: {what}: the {type(value).__name__} could not describe its memory "
+            f"({type(err).__name__}: {err})"
+        ) from None
+    if info.dtype is None:
+        raise TypeError(
+            f"{op}: {what} has element type {info.dtype_text}, which is not one of {', '.join(DTYPES)}"
+        )
+    shape = tuple(info.shape)
+    order = None
+    if not info.contiguous:
+        if info.strides is None:  # byte strides that are not whole elements
+            raise ValueError(
+                f"{op}: {what} (shape {shape}) has strides that are not a whole number of its "
+                f"{info.dtype.itemsize}-byte elements; pass a copy (cupy.ascontiguousarray, say)"
+            )
+        order = memory_order(shape, info.strides)
+    nbytes = math.prod(shape) * info.dtype.itemsize
+    return _Array(
+        value, shape, info.dtype, info.ptr, info.readonly, None, info.device_id, nbytes, info.stream,
+        info.strides if not info.contiguous else None, order,
+    )  # fmt: skip
+
+
+def _row_pitch(shape: tuple[int, ...], strides: tuple[int, ...], axis: int) -> int | None:
+    """The elements from one row to the next of an array whose dims from ``axis`` on are
+    dense row-major and whose dims before it step as the rows of one row-major array of
+    that pitch; 0 for a single row; None for any other strides."""
+    inner = 1
+    for i in reversed(range(axis, len(shape))):
+        if shape[i] != 1 and strides[i] != inner:
+            return None
+        inner *= shape[i]
+    pitch = step = None  # the first outer dim above extent 1 sets the pitch; the rest follow it
+    for i in reversed(range(axis)):
+        if shape[i] == 1:
+            continue
+        if step is None:
+            pitch = step = strides[i]
+        elif strides[i] != step:
+            return None
+        step *= shape[i]
+    if pitch is None:
+        return 0
+    # a row must start past the one before it ends: no broadcast (stride 0), no overlap
+    return pitch if pitch >= max(inner, 1) else None
+
+
+def _wide_pitch(a: _Array, axis: int) -> int | None:
+    """The row pitch of the wide array ``a`` split or joined along ``axis`` where it is a
+    view of part of every row of a wider array (0 where its rows are packed or it is dense
+    in another order); None for other strides (the strided path's). A pitched ``a`` is
+    made to read as row-major for the checks after, spanning every byte from its first
+    element to its last (the overlap check takes the gaps too)."""
+    if a.strides is None or a.order is not None:
+        return 0
+    pitch = _row_pitch(a.shape, a.strides, axis)
+    if pitch is None:
+        return None
+    rows, extent = math.prod(a.shape[:axis]), math.prod(a.shape[axis:])
+    a.strides = None
+    if rows and extent:
+        a.nbytes = ((rows - 1) * pitch + extent) * a.dtype.itemsize
+    return pitch if pitch != extent else 0
+
+
+def _check_aligned(op: str, what: str, a: _Array) -> None:
+    # A pointer off its element boundary faults on the GPU; refuse it here instead.
+    if a.nbytes and a.ptr % a.dtype.itemsize:
+        raise ValueError(
+            f"{op}: {what} starts at address {a.ptr:#x}, not a multiple of its element size "
+            f"({a.dtype.itemsize} bytes for {a.dtype.name})"
+        )
+
+
+def _check_out(op: str, what: str, a: _Array, shape: tuple[int, ...], dtype: DType, reason: str) -> None:
+    if a.shape != shape:
+        raise ValueError(f"{op}: {what} has shape {tuple(a.shape)}, expected {tuple(shape)} ({reason})")
+    if a.dtype is not dtype:
+        raise TypeError(f"{op}: {what} is {a.dtype.name}, expected {dtype.name} (the input's dtype)")
+    if a.readonly:
+        if getattr(a.obj, "requires_grad", False):
+            raise ValueError(
+                f"{op}: {what} is a torch tensor that requires grad; the op would write it behind "
+                "autograd's back (pass one that does not, e.g. made under torch.no_grad() or detached)"
+            )
+        raise ValueError(f"{op}: {what} is read-only; the op writes it")
+    _check_aligned(op, what, a)
+
+
+_MIXED = ("mixed",)  # _common_order's answer where no one order fits every array
+
+
+def _common_order(named: Sequence[tuple[str, _Array]]) -> tuple[int, ...] | None:
+    """The memory order every array lies in (None: row-major), or :data:`_MIXED` where
+    they lie in different ones (the strided path's). The kernels move them as the
+    row-major arrays their memory holds. An extent of 1 lets an array fit several
+    orders, so each array's own order is a candidate, and the first that all of them
+    fit is taken."""
+    if all(a.strides is None for _, a in named):  # every array row-major: the common call
+        return None
+    first = named[0][1].order
+    if first is not None and all(a.order == first for _, a in named):
+        return first  # each is dense in its own order (memory_order said so): all in one
+    candidates = list(dict.fromkeys(a.order for _, a in named if a.order is not None))
+    for order in (*candidates, None):
+        if all(in_order(a.shape, a.strides, order) for _, a in named):
+            return order
+    return _MIXED
+
+
+def _keeps_order(a: _Array) -> bool:
+    """Whether results made of ``a``'s kind can keep a memory order other than row-major:
+    torch tensors and CuPy arrays can; a DeviceArray is row-major, so results of a
+    DeviceArray (or any other) input in another order are made row-major, by the strided copy."""
+    return array_kind(a.obj) != "device_array"
+
+
+def _order_after_producers(device: Device, handle: int, named: Sequence[tuple[str, _Array]]) -> None:
+    """The op's stream waits for each array's producer stream, where its interface names one."""
+    for _, a in named:
+        if a.stream is not None:
+            order_after(device, handle, a.stream)
+
+
+def _check_no_overlap(op: str, named: Sequence[tuple[str, _Array]], first_output: int) -> None:
+    """No output may share a byte with an input or with another output (inputs may
+    share memory with each other: they are only read). ``named`` lists the inputs,
+    then the outputs from index ``first_output``; pairs are checked in that order."""
+    count = len(named)
+    for i in range(count):
+        name_a, a = named[i]
+        if not a.nbytes:
+            continue
+        start_a, end_a = a.ptr, a.ptr + a.nbytes
+        for j in range(max(i + 1, first_output), count):
+            name_b, b = named[j]
+            if b.nbytes and start_a < b.ptr + b.nbytes and b.ptr < end_a:
+                raise ValueError(
+                    f"{op}: {name_a} and {name_b} overlap (bytes {max(start_a, b.ptr):#x}.."
+                    f"{min(end_a, b.ptr + b.nbytes):#x}); an output may not share memory with an "
+                    "input or another output"
+                )
+
+
+def _pointer_ordinal(op: str, what: str, ptr: int) -> int:
+    """The GPU that ``ptr`` lives on (CAI does not say); refuses memory CUDA does not know."""
+    try:
+        return allocation_of(ptr, device_of(0))[2]
+    except LookupError as err:
+        raise TypeError(
+            f"{op}: {what} points at {ptr:#x}, which CUDA does not know ({err}): host memory? "
+            "Pass device memory (runtime.Device.to_device, torch's .cuda())"
+        ) from None
+
+
+def _device_for(op: str, named: Sequence[tuple[str, _Array]]) -> Device:
+    """The one device every array lives on (device 0 where no array can say)."""
+    where: dict[int, str] = {}
+    device = None
+    for name, a in named:
+        ordinal = a.ordinal
+        if a.device is not None:
+            device = a.device
+        elif ordinal is None:
+            if not (a.nbytes and a.ptr):
+                continue  # an empty array through CAI says nothing
+            ordinal = _pointer_ordinal(op, name, a.ptr)
+        if ordinal not in where:
+            where[ordinal] = name
+    if len(where) > 1:
+        listed = ", ".join(f"{name} on device {o}" for o, name in where.items())
+        raise ValueError(f"{op}: the arrays live on different devices ({listed}); all must share one")
+    if device is not None:
+        return device
+    return device_of(next(iter(where), 0))
+
+
+def _as_strided(a: _Array) -> Strided:
+    """``a`` as the strided copy reads it (:mod:`runtime.strided_ops`), row-major where it has no strides."""
+    return Strided(a.ptr, tuple(a.shape), a.strides or row_major_strides(a.shape), a.dtype.itemsize)

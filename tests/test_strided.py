@@ -1,0 +1,324 @@
+"""The strided family on the CPU: the run-time divisor, the PTX (assembled by ptxas, run by
+the interpreter against its launch contract with exact allocations), the footprints, and
+the planner's strided plans run as the contract says on arrays of random strides."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+from ptxsim import OutOfBounds, RecordingMemory, check_footprints, run_kernel
+from strided_util import POISON, StridedBuffer, random_layout, run_strided_step
+
+from ptxgen import toolchain
+from ptxgen.arith import runtime_divisor
+from ptxgen.footprint import FootprintError
+from ptxgen.kernels import StridedCopy
+from ptxgen.kernels.fastcat import GpuTraits
+from ptxgen.kernels.plan import H200, WIDE
+from ptxgen.kernels.plan_strided import StridedProblem, make_strided_plan, merged_dims
+from ptxgen.kernels.strided import COUNT_MAX, MAX_RANK, UNROLL, WIDTHS
+
+# --- the divisor ----------------------------------------------------------------------
+
+
+def test_the_runtime_divisor_divides_every_index_a_kernel_can_have():
+    rng = random.Random(7)
+    divisors = [*range(1, 2100), *(1 << s for s in range(32)), 2**31 - 1, 2**32 - 1, 641, 6700417]
+    divisors += [rng.randrange(1, 1 << 32) for _ in range(2000)]
+    for d in divisors:
+        m, c = runtime_divisor(d)
+        assert 0 <= m < 1 << 32 and 0 <= c <= 32
+        xs = [0, 1, d - 1, d, d + 1, 2 * d - 1, 2**31 - 1, 2**32 - 1, rng.randrange(1 << 32)]
+        for x in (x for x in xs if 0 <= x < 1 << 32):
+            assert ((x * m >> 32) + x) >> c == x // d, (d, x)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 1 << 32, True, 2.0])
+def test_the_runtime_divisor_refuses_what_it_cannot_divide_by(bad):
+    with pytest.raises(ValueError, match="runtime_divisor needs an int d with 1 <= d < 2"):
+        runtime_divisor(bad)
+
+
+# --- the kernel -----------------------------------------------------------------------
+
+
+def test_every_strided_kernel_assembles_without_spills():
+    kernels = [
+        StridedCopy(width=w, rank=r, wide_strides=wide, target=t)
+        for w in WIDTHS
+        for r in range(1, MAX_RANK + 1)
+        for wide in (False, True)
+        for t in ("sm_75", "sm_90")
+    ]
+    results = toolchain.assemble_many([(k.source, k.target) for k in kernels])
+    for kernel, result in zip(kernels, results):
+        assert not isinstance(result, Exception), (kernel.id, result)
+        (info,) = result.functions.values()
+        assert info.spill_store_bytes == 0 and info.stack_bytes == 0, (kernel.id, info)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [dict(width=1, rank=1), dict(width=4, rank=3, target="sm_75"), dict(width=16, rank=2, wide_strides=True)],
+    ids=str,
+)
+def test_the_kernel_declares_its_arguments_once(options):
+    k = StridedCopy(**options)
+    assert k.arg_names[:5] == ("src", "dst", "count", "src_origin", "dst_origin")
+    assert len(k.arg_names) == 5 + 3 * (k.rank - 1) + 2 * k.rank == len(k.arg_types)
+    assert f".reqntid {k.block_size}, 1, 1" in k.source and k.entry_point_name == "strided_copy_entry_point"
+    assert StridedCopy(**options) is k  # memoised
+
+
+def _launch_in_interpreter(kernel, dims, src_strides, dst_strides, rng, count=None):
+    """Launch ``kernel`` directly over the box ``dims`` (extents) in the interpreter, each
+    side allocated exactly what its footprint says, and compare with numpy."""
+    isz = kernel.width
+    extents = list(dims)
+    scalars = {"count": math.prod(extents) if count is None else count}
+    origins = {}
+    for side, strides in (("src", src_strides), ("dst", dst_strides)):
+        origins[side] = -sum(min(0, (e - 1) * s) for e, s in zip(extents, strides))
+        scalars[f"{side}_origin"] = origins[side]
+    for k, extent in enumerate(extents):
+        if k:
+            magic, shift = runtime_divisor(extent)
+            scalars.update({f"extent{k}": extent, f"magic{k}": magic, f"shift{k}": shift})
+        scalars.update({f"src_stride{k}": src_strides[k], f"dst_stride{k}": dst_strides[k]})
+    grid = kernel.grid(scalars["count"])
+    fsrc, fdst = kernel.footprints(grid, kernel.block, scalars)
+    mem = RecordingMemory()
+    src = mem.alloc(fsrc.nbytes, misalign=isz % 16)
+    dst = mem.alloc(fdst.nbytes)
+    data = rng.integers(0, 256, fsrc.nbytes, dtype=np.uint8)
+    mem.write(src, data.tobytes())
+    mem.write(dst, bytes([POISON]) * fdst.nbytes)
+    mem.clear()
+    run_kernel(kernel, grid, {"src": src, "dst": dst, **scalars}, mem)
+    check_footprints(mem, (fsrc, fdst), {"src": src, "dst": dst})
+    want = np.full(fdst.nbytes, POISON, np.uint8)
+    for c in np.ndindex(*extents):
+        s = origins["src"] + sum(a * b for a, b in zip(c, src_strides))
+        d = origins["dst"] + sum(a * b for a, b in zip(c, dst_strides))
+        want[d * isz : (d + 1) * isz] = data[s * isz : (s + 1) * isz]
+    got = np.frombuffer(mem.read(dst, fdst.nbytes), np.uint8)
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "width, dims, src_strides, dst_strides, wide",
+    [
+        (1, (37,), (1,), (1,), False),  # one dim, not a whole block
+        (2, (5, 7), (1, 5), (7, 1), False),  # a transpose
+        (4, (3, 4, 5), (20, -5, 1), (1, 15, 3), False),  # a reversed dim
+        (8, (2, 3, 70), (0, 70, 1), (210, 70, 1), False),  # a broadcast source
+        (16, (4, 9), (9, 1), (1, 4), True),  # 64-bit strides (small ones here)
+        (2, (2, 3, 2, 3, 2, 2), (72, 1, 36, 3, 9, 18), (72, 24, 12, 4, 2, 1), False),  # six dims
+        (1, (3, 300), (-300, 1), (300, 1), False),  # several CTAs, the last partly idle
+    ],
+)
+def test_the_kernel_copies_its_box_and_touches_nothing_else(width, dims, src_strides, dst_strides, wide):
+    kernel = StridedCopy(width=width, rank=len(dims), wide_strides=wide, block=64)
+    _launch_in_interpreter(kernel, dims, src_strides, dst_strides, np.random.default_rng(3))
+
+
+def _scalars(kernel, extents, **changes):
+    scalars = {"count": math.prod(extents), "src_origin": 0, "dst_origin": 0}
+    for k, e in enumerate(extents):
+        if k:
+            m, c = runtime_divisor(e)
+            scalars.update({f"extent{k}": e, f"magic{k}": m, f"shift{k}": c})
+        scalars.update({f"src_stride{k}": 1, f"dst_stride{k}": 1})
+    scalars.update(changes)
+    return scalars
+
+
+@pytest.mark.parametrize(
+    "changes, grid, message",
+    [
+        (dict(magic1=12345), None, r"magic1, shift1 = 12345, 2 do not divide by extent1 = 3"),
+        (dict(count=7), None, r"count = 7 is not a whole number of rows of 3 elements"),
+        (dict(extent1=0), None, r"extent1 = 0; every inner extent must be >= 1"),
+        (dict(count=COUNT_MAX + 3), None, r"is more than 2147479552 elements a launch"),
+        (dict(src_stride1=-1), None, r"src_origin = 0 leaves element offsets down to -2, below the pointer"),
+        ({}, ((1 << 31) // (256 * UNROLL) + 1, 1, 1), r"gives thread indices past 2\*\*31"),
+    ],
+)
+def test_footprints_refuse_what_the_kernel_cannot_copy(changes, grid, message):
+    kernel = StridedCopy(width=2, rank=2)
+    with pytest.raises(FootprintError, match=message):
+        kernel.footprints(grid or (1, 1, 1), kernel.block, _scalars(kernel, (4, 3), **changes))
+    with pytest.raises(FootprintError, match="built for block"):
+        kernel.footprints((1, 1, 1), (128, 1, 1), _scalars(kernel, (4, 3)))
+
+
+def test_footprints_reach_the_largest_offset_each_side():
+    kernel = StridedCopy(width=4, rank=2)
+    scalars = _scalars(kernel, (4, 3), src_stride0=10, src_stride1=-2, src_origin=4, dst_stride0=3)
+    src, dst = kernel.footprints((1, 1, 1), kernel.block, scalars)
+    assert (src.elements, src.nbytes, src.align) == (4 + 30 + 1, 35 * 4, 4)
+    assert (dst.elements, dst.writes) == (9 + 2 + 1, True)
+
+
+# --- the plan ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "shape, src, dst, want",
+    [
+        ((2, 3, 4), (12, 4, 1), (12, 4, 1), [(24, 1, 1)]),  # row-major both: one dim
+        ((4, 6), (1, 4), (6, 1), [(4, 1, 6), (6, 4, 1)]),  # a transpose: two
+        ((2, 1, 5), (5, 99, 1), (5, 5, 1), [(10, 1, 1)]),  # extent 1: any stride
+        ((3, 4), (0, 1), (4, 1), [(3, 0, 4), (4, 1, 1)]),  # broadcast rows
+        ((2, 3, 4), (1, 8, 2), (12, 4, 1), [(2, 1, 12), (12, 2, 1)]),  # inner two step alike
+        ((3, 5), (5, 1), (1, 3), [(5, 1, 3), (3, 5, 1)]),  # the destination's order decides
+        ((1, 1), (7, 7), (1, 1), []),
+    ],
+)
+def test_dims_merge_and_order_by_the_destination(shape, src, dst, want):
+    assert merged_dims(shape, src, dst) == want
+
+
+def _random_problem(rng, op, itemsize, *, rank=None, traits=H200):
+    rank = rank or int(rng.integers(1, 5))
+    shape = [int(rng.integers(1, 6)) for _ in range(rank)]
+    axis = int(rng.integers(rank))
+    shape[axis] = int(rng.integers(1, 9))
+    cuts = sorted(int(c) for c in rng.integers(0, shape[axis] + 1, int(rng.integers(0, 3))))
+    sizes = tuple(b - a for a, b in zip([0, *cuts], [*cuts, shape[axis]]))
+    wide = random_layout(rng, shape, writes=op == "forward")
+    pieces = []
+    for s in sizes:
+        piece_shape = (*shape[:axis], s, *shape[axis + 1 :])
+        pieces.append(random_layout(rng, piece_shape, writes=op == "backward"))
+    return StridedProblem(op, itemsize, tuple(shape), axis, sizes, wide, tuple(pieces))
+
+
+def _run_plan(problem, traits, rng):
+    """The plan run on random arrays of the problem's strides; returns the arrays and the
+    numpy view the result must equal, with every byte outside the written array's
+    elements still poison."""
+    wide = StridedBuffer.make(problem.shape, problem.wide_strides, problem.itemsize)
+    pieces = [
+        StridedBuffer.make(problem.piece_shape(i), problem.piece_strides[i], problem.itemsize)
+        for i in range(problem.pieces)
+    ]
+    read = [wide] if problem.op == "backward" else pieces
+    for a in read:
+        a.fill_random(rng)
+    before = {id(a): a.buffer.copy() for a in [wide, *pieces]}
+    plan = make_strided_plan(problem, traits)
+    arrays = {WIDE: wide, **dict(enumerate(pieces))}
+    for step in plan.steps:
+        run_strided_step(step, arrays)
+    cut = np.cumsum((0, *problem.sizes))
+    for i, piece in enumerate(pieces):
+        part = [slice(None)] * len(problem.shape)
+        part[problem.axis] = slice(cut[i], cut[i + 1])
+        got, want = (np.ascontiguousarray(a).view(np.uint8) for a in (piece.view(), wide.view()[tuple(part)]))
+        assert np.array_equal(got, want), (problem, i)
+    for a in read:  # inputs are only read
+        assert np.array_equal(a.buffer, before[id(a)])
+    written = pieces if problem.op == "backward" else [wide]
+    for a in written:  # nothing but the elements changed: every other byte is still poison
+        mask = np.ones(a.buffer.size, bool)
+        if a.view().size:
+            starts = (
+                a.base
+                + sum(
+                    np.indices(a.shape).reshape(len(a.shape), -1)[k] * a.strides[k]
+                    for k in range(len(a.shape))
+                )
+                * a.itemsize
+            )
+            for lane in range(a.itemsize):
+                mask[starts + lane] = False
+        assert (a.buffer[mask] == POISON).all(), "a byte outside the array's elements was written"
+    return plan
+
+
+@pytest.mark.parametrize("op", ["backward", "forward"])
+@pytest.mark.parametrize("itemsize", WIDTHS)
+def test_random_strided_plans_split_and_join_every_element(op, itemsize):
+    rng = np.random.default_rng(itemsize * 10 + (op == "forward"))
+    for _ in range(40):
+        _run_plan(_random_problem(rng, op, itemsize), H200, rng)
+
+
+def test_a_launch_holds_at_most_its_limits_and_the_rest_is_cut():
+    rng = np.random.default_rng(5)
+    tiny = GpuTraits("sm_90", 132, 2048, 60 << 20, 228 << 10, 227 << 10, max_grid_x=1)
+    # at most 1,024 elements a launch: rows are cut, or each outer index goes alone
+    problem = StridedProblem("backward", 2, (40, 60), 1, (60,), (1, 40), ((60, 1),))
+    plan = _run_plan(problem, tiny, rng)
+    assert len(plan.steps) == 3 and {s.args[2] for s in plan.steps} == {17 * 60, 6 * 60}
+    problem = StridedProblem("forward", 1, (3, 2000), 0, (1, 2), (2000, 1), ((-2000, -1), (1, 2)))
+    plan = _run_plan(problem, tiny, rng)
+    assert all(s.args[2] <= 1024 for s in plan.steps) and len(plan.steps) == 2 + 2 * 2
+
+
+def test_more_dims_than_a_kernel_holds_go_one_outer_index_a_launch():
+    rng = np.random.default_rng(6)
+    shape = (2, 2, 3, 2, 3, 2, 2, 3)  # eight dims no merge can join
+    strides = tuple(int(s) for s in np.cumprod((1, *shape[:-1])))  # the reverse of row-major
+    problem = StridedProblem(
+        "backward", 4, shape, 7, (1, 2), strides, (_row_major(shape, 1), _row_major(shape, 2))
+    )
+    plan = _run_plan(problem, H200, rng)
+    # piece 0 has seven dims (its axis extent is 1): two launches; piece 1 eight: four
+    assert {s.kernel.rank for s in plan.steps} == {MAX_RANK} and len(plan.steps) == 2 + 2 * 2
+
+
+def _row_major(shape, axis_extent):
+    shape = (*shape[:-1], axis_extent)
+    return tuple(int(np.prod(shape[d + 1 :])) for d in range(len(shape)))
+
+
+def test_strides_past_32_bits_take_the_64_bit_kernel():
+    problem = StridedProblem("backward", 2, (3, 4), 1, (4,), (1, 3 << 31), ((4, 1),))
+    (step,) = make_strided_plan(problem, H200).steps
+    assert step.kernel.wide_strides and step.kernel.rank == 2
+    assert (
+        not make_strided_plan(StridedProblem("backward", 2, (3, 4), 1, (4,), (1, 3), ((4, 1),)), H200)
+        .steps[0]
+        .kernel.wide_strides
+    )
+
+
+@pytest.mark.parametrize(
+    "problem, message",
+    [
+        (dict(op="up"), "op 'up' is not one of backward, forward"),
+        (dict(itemsize=3), "itemsize 3 is not one of 1, 2, 4, 8, 16"),
+        (dict(sizes=(1, 1)), r"sizes \[1, 1\] do not sum to the axis's 4"),
+        (dict(piece_strides=((4, 1),)), "give 2 strides for the wide array and for each of 2 pieces"),
+    ],
+)
+def test_a_strided_problem_says_what_is_wrong(problem, message):
+    fields = dict(op="backward", itemsize=2, shape=(3, 4), axis=1, sizes=(1, 3),
+                  wide_strides=(4, 1), piece_strides=((1, 1), (3, 1)))  # fmt: skip
+    with pytest.raises(ValueError, match=message):
+        StridedProblem(**{**fields, **problem})
+
+
+def test_an_interpreted_plan_matches_the_contract():
+    """One planned step of each width through the interpreter itself (the plans above run
+    on the contract), so the plan's arguments and the PTX agree."""
+    rng = np.random.default_rng(8)
+    for isz in WIDTHS:
+        problem = StridedProblem("backward", isz, (5, 6), 1, (2, 4), (1, 5), ((2, 1), (4, 1)))
+        for step in make_strided_plan(problem, H200).steps:
+            names = dict(zip(step.kernel.arg_names, step.args))
+            rank = step.kernel.rank
+            dims = [names["count"] // math.prod(names.get(f"extent{k}", 1) for k in range(1, rank))]
+            dims += [names[f"extent{k}"] for k in range(1, rank)]
+            src = [names[f"src_stride{k}"] for k in range(rank)]
+            dst = [names[f"dst_stride{k}"] for k in range(rank)]
+            small = StridedCopy(width=isz, rank=rank, block=64)
+            _launch_in_interpreter(small, dims, src, dst, rng)
+    with pytest.raises(OutOfBounds):  # the exact allocations do catch a stray access
+        mem = RecordingMemory()
+        mem.read(mem.alloc(4) + 4, 1)

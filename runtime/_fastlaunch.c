@@ -154,7 +154,7 @@ static PyTypeObject PreparedType;
 
 static PyObject *s_launch_key, *s_address, *s_nbytes, *s_dtype, *s_is_cuda, *s_get_device,
     *s_is_contiguous, *s_data_ptr, *s_handle, *s_stream, *s_shared_mem, *s_shape, *s_name, *s_ordinal,
-    *s_closed, *s_requires_grad, *s_itemsize;
+    *s_closed, *s_requires_grad, *s_itemsize, *s_new_empty, *s_empty;
 
 /* Forget a failed read: the Python path will meet the same failure and say what it is.
  * Only an Exception is forgotten; a KeyboardInterrupt or SystemExit stays set, and every
@@ -1342,10 +1342,12 @@ static PyTypeObject StepsType = {
  * (DeviceArrays or plain CUDA torch tensors with ``out``, a shape seen before) in Python
  * (_backward_quick, _forward_quick). QuickOps does the same in C for calls whose entries
  * are already in its tables: the quick-call table (``_quick_calls``: what a shape decides)
- * and each entry's launch functions per alignment. Anything else, a first call included,
- * answers False having done nothing, and the Python quick path takes the call (it fills
- * the tables). The launch functions are the ops' own: Steps, run here with the addresses
- * as C values, or (where the raw launches are not compiled) Python functions, called.
+ * and each entry's launch functions per alignment. Without ``out`` it makes the results
+ * as the Python quick path does (fresh_results), after every other check. Anything else, a
+ * first call included, answers False having done nothing, and the Python quick path takes
+ * the call (it fills the tables). The launch functions are the ops' own: Steps, run here
+ * with the addresses as C values, or (where the raw launches are not compiled) Python
+ * functions, called.
  */
 
 typedef struct {
@@ -1355,6 +1357,7 @@ typedef struct {
     PyObject *tensor;        /* torch.Tensor once bound, else NULL */
     readers_t readers;       /* how its attributes are read */
     PyObject *torch_dtypes;  /* torch dtype -> DType (arrays._torch_dtypes), once bound */
+    PyObject *current_stream; /* torch's raw current stream of a device index, once bound, or NULL */
     streams_t streams;
     PyObject *dtype, *dtype_name; /* the last DType read and its name ... */
     uint64_t dtype_itemsize;      /* ... and element size: most calls see one dtype */
@@ -1668,33 +1671,98 @@ static PyObject *quick_false(void) {
     Py_RETURN_FALSE;
 }
 
-/* split(dy, sizes, dim, out, stream) -> bool: op_quick._backward_quick for a call it has seen.
- * ``sizes`` and ``out`` are read as tuples made first: reading the arrays runs Python
- * code, during which another thread may change a list. */
+/* The results of a call without ``out``, as runtime/outputs.py's new_outputs makes them,
+ * one per shape of ``shapes``, of the kind of ``like`` (read into ``facts``):
+ * - a torch tensor's, where torch's current stream on its device is the op's:
+ *   ``like.new_empty(shape)`` (its dtype and device, contiguous), from torch's caching
+ *   allocator, which gives the block to that stream;
+ * - a DeviceArray's: ``device.empty(shape, dtype, stream=handle)``, from the device's pool on
+ *   the op's stream (``device``: the entry's).
+ * A new list, the addresses in ``addresses``; NULL with no error set where torch's current
+ * stream is another (the Python path makes them under the op's) or an address cannot be
+ * read; NULL with the allocator's error where an allocation fails (nothing is launched). */
+static PyObject *fresh_results(QuickOps *Q, PyObject *like, const facts_t *facts, PyObject *device,
+                               uintptr_t handle, PyObject *shapes, uint64_t *addresses) {
+    PyObject *stream = PyLong_FromUnsignedLongLong(handle), *kwnames = NULL;
+    if (stream == NULL)
+        return NULL;
+    if (facts->key == NULL) {
+        PyObject *index = PyLong_FromLongLong(facts->ordinal);
+        PyObject *current = index != NULL ? PyObject_Vectorcall(Q->current_stream, &index, 1, NULL) : NULL;
+        uint64_t raw;
+        int ok = current != NULL && uint_bits(current, &raw);
+        Py_XDECREF(index);
+        Py_XDECREF(current);
+        if (!ok || (raw != handle && !(raw <= 1 && handle <= 1))) { /* stream.same_stream: 0, 1 legacy */
+            drop_error();
+            Py_DECREF(stream);
+            return NULL;
+        }
+    } else if ((kwnames = PyTuple_Pack(1, s_stream)) == NULL) {
+        Py_DECREF(stream);
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(shapes);
+    PyObject *made = PyList_New(n);
+    for (Py_ssize_t i = 0; made != NULL && i < n; i++) {
+        PyObject *r;
+        if (facts->key == NULL) {
+            PyObject *call[2] = {like, PyTuple_GET_ITEM(shapes, i)};
+            r = PyObject_VectorcallMethod(s_new_empty, call, 2, NULL);
+        } else {
+            PyObject *call[4] = {device, PyTuple_GET_ITEM(shapes, i), facts->dtype, stream};
+            r = PyObject_VectorcallMethod(s_empty, call, 3, kwnames);
+        }
+        if (r == NULL) { /* the allocator's own error (out of memory, say): the caller's to see */
+            Py_CLEAR(made);
+            break;
+        }
+        PyList_SET_ITEM(made, i, r);
+        int read = facts->key == NULL ? tensor_u64(&Q->readers, T_DATA_PTR, r, &addresses[i])
+                                      : read_u64(r, s_address, &addresses[i]);
+        if (!read)
+            Py_CLEAR(made);
+    }
+    Py_DECREF(stream);
+    Py_XDECREF(kwnames);
+    return made;
+}
+
+/* split(dy, sizes, dim, out, stream) -> bool: op_quick._backward_quick for a call it has seen;
+ * with ``out`` None, op_quick._backward_fresh: the results (a list), or False having done
+ * nothing. ``sizes`` and ``out`` are read as tuples made first: reading the arrays runs
+ * Python code, during which another thread may change a list. */
 static PyObject *QuickOps_split(QuickOps *Q, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5) {
         PyErr_SetString(PyExc_TypeError, "split(dy, sizes, dim, out, stream)");
         return NULL;
     }
     PyObject *dy = args[0], *dim = args[2];
+    int fresh = args[3] == Py_None;
     if (!Q->enabled)
         Py_RETURN_FALSE;
-    if ((!PyList_CheckExact(args[3]) && !PyTuple_CheckExact(args[3])) || !PyLong_CheckExact(dim))
+    if ((!fresh && !PyList_CheckExact(args[3]) && !PyTuple_CheckExact(args[3])) || !PyLong_CheckExact(dim))
         Py_RETURN_FALSE;
     if (!PyList_CheckExact(args[1]) && !PyTuple_CheckExact(args[1]))
         Py_RETURN_FALSE;
-    PyObject *sizes = PySequence_Tuple(args[1]), *out = PySequence_Tuple(args[3]);
-    PyObject *call = NULL, *result = Py_False;
+    PyObject *sizes = PySequence_Tuple(args[1]), *out = fresh ? NULL : PySequence_Tuple(args[3]);
+    PyObject *call = NULL, *result = Py_False, *made = NULL;
     facts_t wide, piece;
     int have_wide = 0;
-    if (sizes == NULL || out == NULL) {
+    if (sizes == NULL || (!fresh && out == NULL)) {
         result = NULL;
         goto done;
     }
-    Py_ssize_t nsizes = PyTuple_GET_SIZE(sizes), nout = PyTuple_GET_SIZE(out);
-    for (Py_ssize_t i = 0; i < nsizes; i++)
-        if (!PyLong_CheckExact(PyTuple_GET_ITEM(sizes, i))) /* a bool equals 1 as a key, but is refused */
+    Py_ssize_t nsizes = PyTuple_GET_SIZE(sizes), nout = fresh ? nsizes : PyTuple_GET_SIZE(out);
+    for (Py_ssize_t i = 0; i < nsizes; i++) {
+        PyObject *size = PyTuple_GET_ITEM(sizes, i);
+        if (!PyLong_CheckExact(size)) /* a bool equals 1 as a key, but is refused */
             goto done;
+        if (fresh && PyLong_AsLongLong(size) <= 0) { /* an empty piece: the general path's */
+            drop_error();
+            goto done;
+        }
+    }
     uintptr_t handle;
     if (nout > MAX_PIECES || !resolve_stream(&Q->streams, args[4], &handle) || !array_facts(Q, dy, &wide, 0))
         goto done;
@@ -1706,49 +1774,66 @@ static PyObject *QuickOps_split(QuickOps *Q, PyObject *const *args, Py_ssize_t n
     if (!PyTuple_Check(wants) || PyTuple_GET_SIZE(wants) != nout)
         goto done;
     uint64_t itemsize = dtype_facts(Q, wide.dtype, NULL);
-    if (itemsize == 0)
+    if (itemsize == 0 || (wide.address & (itemsize - 1)))
         goto done;
     uint64_t mask = itemsize - 1, aligns = wide.address & 15, last = 0;
     uint64_t starts[MAX_PIECES], lengths[MAX_PIECES], pieces[MAX_PIECES];
-    int ordered = 1;
-    for (Py_ssize_t i = 0; i < nout; i++) {
-        if (!array_facts(Q, PyTuple_GET_ITEM(out, i), &piece, 1))
+    if (fresh) {
+        if (wide.key == NULL && Q->current_stream == NULL)
             goto done;
-        int eq = PyObject_RichCompareBool(piece.shape, PyTuple_GET_ITEM(wants, i), Py_EQ);
-        int fits = eq == 1 && same_kind(&piece, &wide) && piece.writable;
-        uint64_t p = piece.address, n = piece.nbytes;
-        facts_clear(&piece);
-        if (eq < 0)
-            drop_error();
-        if (!fits || !piece_clear(p, n, &wide, mask))
+        made = fresh_results(Q, dy, &wide, PyTuple_GET_ITEM(call, 0), handle, wants, pieces);
+        if (made == NULL) {
+            if (PyErr_Occurred())
+                result = NULL;
             goto done;
-        if (p < last)
-            ordered = 0;
-        last = p + n;
-        starts[i] = pieces[i] = p;
-        lengths[i] = n;
-        aligns = aligns << 4 | (p & 15);
+        }
+        for (Py_ssize_t i = 0; i < nout; i++)
+            aligns = aligns << 4 | (pieces[i] & 15);
+    } else {
+        int ordered = 1;
+        for (Py_ssize_t i = 0; i < nout; i++) {
+            if (!array_facts(Q, PyTuple_GET_ITEM(out, i), &piece, 1))
+                goto done;
+            int eq = PyObject_RichCompareBool(piece.shape, PyTuple_GET_ITEM(wants, i), Py_EQ);
+            int fits = eq == 1 && same_kind(&piece, &wide) && piece.writable;
+            uint64_t p = piece.address, n = piece.nbytes;
+            facts_clear(&piece);
+            if (eq < 0)
+                drop_error();
+            if (!fits || !piece_clear(p, n, &wide, mask))
+                goto done;
+            if (p < last)
+                ordered = 0;
+            last = p + n;
+            starts[i] = pieces[i] = p;
+            lengths[i] = n;
+            aligns = aligns << 4 | (p & 15);
+        }
+        if (!ordered && !disjoint(starts, lengths, nout))
+            goto done;
     }
-    if ((wide.address & mask) || (!ordered && !disjoint(starts, lengths, nout)))
-        goto done;
     int launched = quick_launch(call, aligns, wide.address, pieces, nout);
     if (launched < 0)
         result = NULL;
     else if (launched)
-        result = Py_True;
+        result = fresh ? made : Py_True;
 done:
     Py_XDECREF(call);
     if (have_wide)
         facts_clear(&wide);
     Py_XDECREF(sizes);
     Py_XDECREF(out);
-    if (result == Py_False)
-        return quick_false();
     Py_XINCREF(result);
+    Py_XDECREF(made); /* the results, where not returned, go back to torch's cache */
+    if (result == Py_False) {
+        Py_DECREF(result);
+        return quick_false();
+    }
     return result;
 }
 
-/* join(xs, dim, out, stream) -> bool: op_quick._forward_quick for a call it has seen (``xs``
+/* join(xs, dim, out, stream) -> bool: op_quick._forward_quick for a call it has seen; with
+ * ``out`` None, op_quick._forward_fresh: the result, or False having done nothing (``xs``
  * read as a tuple made first, as in split). */
 static PyObject *QuickOps_join(QuickOps *Q, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4) {
@@ -1756,12 +1841,13 @@ static PyObject *QuickOps_join(QuickOps *Q, PyObject *const *args, Py_ssize_t na
         return NULL;
     }
     PyObject *dim = args[1], *out = args[2];
+    int fresh = out == Py_None;
     if (!Q->enabled)
         Py_RETURN_FALSE;
     if ((!PyList_CheckExact(args[0]) && !PyTuple_CheckExact(args[0])) || !PyLong_CheckExact(dim))
         Py_RETURN_FALSE;
     PyObject *xs = PySequence_Tuple(args[0]);
-    PyObject *call = NULL, *result = Py_False, *shapes[MAX_PIECES] = {NULL};
+    PyObject *call = NULL, *result = Py_False, *made = NULL, *shapes[MAX_PIECES] = {NULL};
     Py_ssize_t nshapes = 0, nxs = xs != NULL ? PyTuple_GET_SIZE(xs) : 0;
     facts_t wide, piece;
     int have_wide = 0;
@@ -1771,20 +1857,34 @@ static PyObject *QuickOps_join(QuickOps *Q, PyObject *const *args, Py_ssize_t na
         goto done;
     }
     uintptr_t handle;
-    if (nxs == 0 || nxs > MAX_PIECES || !resolve_stream(&Q->streams, args[3], &handle) ||
-        !array_facts(Q, out, &wide, 1))
+    if (nxs == 0 || nxs > MAX_PIECES || !resolve_stream(&Q->streams, args[3], &handle))
         goto done;
-    have_wide = 1;
+    if (fresh) { /* xs[0] stands for the result: its kind, dtype and device, made once all is checked */
+        if (!array_facts(Q, PyTuple_GET_ITEM(xs, 0), &wide, 0))
+            goto done;
+        have_wide = 1;
+        wide.address = wide.nbytes = 0;
+        if (wide.key == NULL && Q->current_stream == NULL)
+            goto done;
+    } else {
+        if (!array_facts(Q, out, &wide, 1))
+            goto done;
+        have_wide = 1;
+        if (!wide.writable)
+            goto done;
+    }
     uint64_t itemsize = dtype_facts(Q, wide.dtype, NULL);
-    if (!wide.writable || itemsize == 0)
+    if (itemsize == 0 || (wide.address & (itemsize - 1)))
         goto done;
     uint64_t mask = itemsize - 1, aligns = wide.address & 15;
-    if (wide.address & mask)
-        goto done;
     for (Py_ssize_t i = 0; i < nxs; i++) { /* inputs may share memory with each other, not with y */
         if (!array_facts(Q, PyTuple_GET_ITEM(xs, i), &piece, 0))
             goto done;
-        int fits = same_kind(&piece, &wide);
+        /* without out, every input of xs[0]'s kind (a DeviceArray of its device), as the result is */
+        int fits = same_kind(&piece, &wide) &&
+                   (!fresh || (piece.key == NULL ? wide.key == NULL
+                                                 : wide.key != NULL && PyTuple_GET_ITEM(piece.key, 0) ==
+                                                                           PyTuple_GET_ITEM(wide.key, 0)));
         uint64_t p = piece.address, n = piece.nbytes;
         shapes[nshapes++] = piece.shape; /* kept for the key */
         piece.shape = NULL;
@@ -1800,17 +1900,28 @@ static PyObject *QuickOps_join(QuickOps *Q, PyObject *const *args, Py_ssize_t na
     PyObject *wants = PyTuple_GET_ITEM(call, 1);
     if (!PyTuple_Check(wants) || PyTuple_GET_SIZE(wants) != 1)
         goto done;
-    int eq = PyObject_RichCompareBool(wide.shape, PyTuple_GET_ITEM(wants, 0), Py_EQ);
-    if (eq != 1) {
-        if (eq < 0)
-            drop_error();
-        goto done;
+    if (fresh) {
+        made = fresh_results(Q, PyTuple_GET_ITEM(xs, 0), &wide, PyTuple_GET_ITEM(call, 0), handle, wants,
+                             &wide.address);
+        if (made == NULL) {
+            if (PyErr_Occurred())
+                result = NULL;
+            goto done;
+        }
+        aligns |= (wide.address & 15) << (4 * nxs);
+    } else {
+        int eq = PyObject_RichCompareBool(wide.shape, PyTuple_GET_ITEM(wants, 0), Py_EQ);
+        if (eq != 1) {
+            if (eq < 0)
+                drop_error();
+            goto done;
+        }
     }
     int launched = quick_launch(call, aligns, wide.address, pieces, nxs);
     if (launched < 0)
         result = NULL;
     else if (launched)
-        result = Py_True;
+        result = fresh ? PyList_GET_ITEM(made, 0) : Py_True;
 done:
     for (Py_ssize_t i = 0; i < nshapes; i++)
         Py_DECREF(shapes[i]);
@@ -1818,22 +1929,30 @@ done:
     if (have_wide)
         facts_clear(&wide);
     Py_XDECREF(xs);
-    if (result == Py_False)
-        return quick_false();
     Py_XINCREF(result);
+    Py_XDECREF(made);
+    if (result == Py_False) {
+        Py_DECREF(result);
+        return quick_false();
+    }
     return result;
 }
 
-/* bind_torch(tensor_class, dtypes): recognise torch tensors, their dtypes through the table. */
+/* bind_torch(tensor_class, dtypes, current_stream=None): recognise torch tensors, their dtypes
+ * through the table; with ``current_stream`` (torch's raw current stream of a device index),
+ * make the results of calls without ``out`` too. */
 static PyObject *QuickOps_bind_torch(QuickOps *Q, PyObject *args) {
-    PyObject *tensor, *dtypes;
-    if (!PyArg_ParseTuple(args, "OO!", &tensor, &PyDict_Type, &dtypes))
+    PyObject *tensor, *dtypes, *current = Py_None;
+    if (!PyArg_ParseTuple(args, "OO!|O", &tensor, &PyDict_Type, &dtypes, &current))
         return NULL;
     Py_INCREF(tensor);
     Py_XSETREF(Q->tensor, tensor);
     readers_bind(&Q->readers, tensor);
     Py_INCREF(dtypes);
     Py_XSETREF(Q->torch_dtypes, dtypes);
+    PyObject *kept = current == Py_None ? NULL : current;
+    Py_XINCREF(kept);
+    Py_XSETREF(Q->current_stream, kept);
     Py_RETURN_NONE;
 }
 
@@ -1862,6 +1981,7 @@ static int QuickOps_traverse(QuickOps *Q, visitproc visit, void *arg) {
     Py_VISIT(Q->device_array);
     Py_VISIT(Q->tensor);
     Py_VISIT(Q->torch_dtypes);
+    Py_VISIT(Q->current_stream);
     Py_VISIT(Q->dtype);
     Py_VISIT(Q->dtype_name);
     streams_traverse(&Q->streams, visit, arg);
@@ -1873,6 +1993,7 @@ static int QuickOps_clear(QuickOps *Q) {
     Py_CLEAR(Q->device_array);
     Py_CLEAR(Q->tensor);
     Py_CLEAR(Q->torch_dtypes);
+    Py_CLEAR(Q->current_stream);
     Py_CLEAR(Q->dtype);
     Py_CLEAR(Q->dtype_name);
     streams_clear(&Q->streams);
@@ -1906,11 +2027,12 @@ static PyObject *QuickOps_join_checked(QuickOps *Q, PyObject *const *args, Py_ss
 
 static PyMethodDef QuickOps_methods[] = {
     {"split", (PyCFunction)(void (*)(void))QuickOps_split_checked, METH_FASTCALL,
-     "split(dy, sizes, dim, out, stream) -> bool: launched, or False having done nothing."},
+     "split(dy, sizes, dim, out, stream): True launched (out None: the results), or False having done nothing."},
     {"join", (PyCFunction)(void (*)(void))QuickOps_join_checked, METH_FASTCALL,
-     "join(xs, dim, out, stream) -> bool: launched, or False having done nothing."},
+     "join(xs, dim, out, stream): True launched (out None: the result), or False having done nothing."},
     {"bind_torch", (PyCFunction)QuickOps_bind_torch, METH_VARARGS,
-     "bind_torch(tensor_class, dtypes): recognise torch tensors (dtypes: torch dtype -> DType)."},
+     "bind_torch(tensor_class, dtypes, current_stream=None): recognise torch tensors (dtypes: torch "
+     "dtype -> DType); with torch's raw current stream of a device index, make results without out."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1955,7 +2077,8 @@ static int intern_all(void) {
         {&s_is_contiguous, "is_contiguous"}, {&s_data_ptr, "data_ptr"}, {&s_handle, "handle"},
         {&s_stream, "stream"}, {&s_shared_mem, "shared_mem"}, {&s_shape, "shape"},
         {&s_name, "name"}, {&s_ordinal, "ordinal"}, {&s_closed, "closed"},
-        {&s_requires_grad, "requires_grad"}, {&s_itemsize, "itemsize"},
+        {&s_requires_grad, "requires_grad"}, {&s_itemsize, "itemsize"}, {&s_new_empty, "new_empty"},
+        {&s_empty, "empty"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         *names[i].slot = PyUnicode_InternFromString(names[i].text);

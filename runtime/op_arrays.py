@@ -254,7 +254,6 @@ def _check_out(op: str, what: str, a: _Array, shape: tuple[int, ...], dtype: DTy
                 "autograd's back (pass one that does not, e.g. made under torch.no_grad() or detached)"
             )
         raise ValueError(f"{op}: {what} is read-only; the op writes it")
-    _check_aligned(op, what, a)
 
 
 _MIXED = ("mixed",)  # _common_order's answer where no one order fits every array
@@ -290,26 +289,6 @@ def _order_after_producers(device: Device, handle: int, named: Sequence[tuple[st
     for _, a in named:
         if a.stream is not None:
             order_after(device, handle, a.stream)
-
-
-def _check_no_overlap(op: str, named: Sequence[tuple[str, _Array]], first_output: int) -> None:
-    """No output may share a byte with an input or with another output (inputs may
-    share memory with each other: they are only read). ``named`` lists the inputs,
-    then the outputs from index ``first_output``; pairs are checked in that order."""
-    count = len(named)
-    for i in range(count):
-        name_a, a = named[i]
-        if not a.nbytes:
-            continue
-        start_a, end_a = a.ptr, a.ptr + a.nbytes
-        for j in range(max(i + 1, first_output), count):
-            name_b, b = named[j]
-            if b.nbytes and start_a < b.ptr + b.nbytes and b.ptr < end_a:
-                raise ValueError(
-                    f"{op}: {name_a} and {name_b} overlap (bytes {max(start_a, b.ptr):#x}.."
-                    f"{min(end_a, b.ptr + b.nbytes):#x}); an output may not share memory with an "
-                    "input or another output"
-                )
 
 
 def _pointer_ordinal(op: str, what: str, ptr: int) -> int:

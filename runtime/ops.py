@@ -9,12 +9,14 @@ contiguous elements of each row. Arrays may be :class:`runtime.DeviceArray` or
 anything with ``__cuda_array_interface__`` or DLPack (PyTorch, CuPy, Numba), compact
 and row-major.
 
-Every argument is checked before anything is allocated or launched. A shape is
-planned once (:mod:`runtime.plan`) and the plan is kept per device; a later call with
-the same shape, dtype and pointer alignments only checks and launches. The common call
-takes the quick path (:mod:`runtime.op_quick`, and its checks in C); any other is read
-and checked by :mod:`runtime.op_arrays`, with what a shape decides and the plans kept by
-:mod:`runtime.op_plans`.
+Every argument is checked before anything is allocated or launched. The common call
+(contiguous arrays of one kind, a shape seen before) takes the quick path
+(:mod:`runtime.op_quick`, and its checks in C). Any other takes two steps: its arrays
+are read (:mod:`runtime.op_arrays`) and what their shapes, dtypes, strides and kinds
+decide is looked up, or worked out and checked once, as a route (:mod:`runtime.op_routes`:
+the fused kernels, or the strided copy); then what depends on the addresses is checked
+(alignment, overlap, one device), the results made where not given, and the route's
+plan (:mod:`runtime.op_plans`, made once per device and alignment) launched.
 """
 
 from __future__ import annotations
@@ -22,43 +24,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ptxgen.kernels.plan_strided import StridedProblem
-
 from . import launch as _launch
 from .arrays import torch_dtype_table
-from .op_arrays import (
-    _MIXED,
-    _Array,
-    _as_strided,
-    _check_aligned,
-    _check_no_overlap,
-    _check_out,
-    _common_order,
-    _device_for,
-    _keeps_order,
-    _order_after_producers,
-    _recognise,
-    _torch_seen,
-    _wide_pitch,
-)
-from .op_plans import (
-    _compiled,
-    _compiled_strided,
-    _Join,
-    _join_shape,
-    _join_shapes,
-    _plans,
-    _plans_lock,
-    _Split,
-    _split_shape,
-    _split_shapes,
-    plan_for,
-)
+from .op_arrays import _Array, _check_aligned, _device_for, _order_after_producers, _recognise, _torch_seen
+from .op_plans import _compiled, _compiled_strided, _join_shapes, _plans, _plans_lock, _split_shapes, plan_for
 from .op_quick import _backward_fresh, _backward_quick, _forward_fresh, _forward_quick, _quick_calls
-from .outputs import new_outputs
+from .op_routes import Route, clear_routes, join_route, remembered, route_key, split_route
+from .outputs import new_outputs, torch_stream_reader
 from .stream import stream_handle
-from .strided_ops import Strided, check_disjoint, check_own_memory, row_major_strides
-from .strides import permuted
+from .strided_ops import check_disjoint
 
 __all__ = ["channel_cat_backward", "channel_cat_forward", "clear_plans", "plan_for"]
 
@@ -69,9 +43,11 @@ _quick_c = _launch.compiled_ops(_quick_calls)
 
 
 def _bind_torch(tensor: type) -> None:
-    """Lets the C path read torch tensors, once the array reader has seen torch imported."""
+    """Lets the C path read torch tensors, once the array reader has seen torch imported,
+    and make their results where torch's current stream is the op's (as
+    :func:`runtime.outputs.new_outputs` does), given torch's raw current-stream reader."""
     if _quick_c is not None:
-        _quick_c.bind_torch(tensor, torch_dtype_table())
+        _quick_c.bind_torch(tensor, torch_dtype_table(), torch_stream_reader())
 
 
 _torch_seen.append(_bind_torch)
@@ -85,54 +61,62 @@ def clear_plans() -> None:
         _split_shapes.clear()
         _join_shapes.clear()
         _quick_calls.clear()
+        clear_routes()
 
 
-# --- the strided copy ------------------------------------------------------------------
+def _is_sequence(value: Any) -> bool:
+    """Whether ``value`` is taken as a sequence of arrays (a list or tuple, or another
+    sequence that is not text)."""
+    if value.__class__ is list or value.__class__ is tuple:
+        return True
+    return value is not None and not isinstance(value, (str, bytes)) and isinstance(value, Sequence)
 
 
-def _strided_split(op: str, dy: Strided, like: Any, split: _Split, named: list[tuple[str, _Array]],
-                   out: Any, handle: int) -> list[Any]:  # fmt: skip
-    """The split by the strided copy (see :mod:`runtime.strided_ops`) of ``dy`` (``like``
-    the object passed): every check made but the outputs' memory, which is checked here
-    before anything is allocated or launched."""
-    if out is not None:
-        pieces = [(what, _as_strided(a)) for what, a in named[1:]]
-        for what, p in pieces:
-            check_own_memory(op, what, p)
-        check_disjoint(op, [("dy", dy), *pieces], 1)
+# --- the general path: a call's route, then its addresses ---------------------------------
+
+
+def _launch_route(op: str, route: Route, named: list[tuple[str, _Array]], given: bool, like: Any,
+                  handle: int) -> tuple[list[Any] | None, list[int]]:  # fmt: skip
+    """Runs ``route`` on the arrays ``named`` (inputs, then outputs where ``given``):
+    every check of their addresses (alignment, overlap, one device) before anything is
+    allocated or launched; then the results made (of ``like``'s kind, on the op's stream)
+    where not given, and the launches. Returns the results made (None where given) and
+    the outputs' addresses."""
+    mask = route.dtype.itemsize - 1
+    for what, a in named:
+        if a.ptr & mask and a.nbytes:
+            _check_aligned(op, what, a)
+    if given:
+        spans = [(what, a.ptr + lo, a.ptr + hi) for (what, a), (lo, hi) in zip(named, route.spans)]
+        check_disjoint(op, spans, route.first_output, route.strided)
     device = _device_for(op, named)
     _order_after_producers(device, handle, named)
-    if out is not None:
-        results, bases = list(out), [p.ptr for _, p in pieces]
-        strides = tuple(p.strides for _, p in pieces)
+    made = None
+    if given:
+        outputs = [a.ptr for _, a in named[route.first_output :]]
     else:
-        results, bases = new_outputs(like, device, handle, split.out_shapes, named[0][1].dtype)
-        strides = tuple(row_major_strides(shape) for shape in split.out_shapes)
-    problem = StridedProblem("backward", dy.itemsize, dy.shape, split.axis, split.pieces, dy.strides, strides)
-    _compiled_strided(device, problem).launcher(handle)(dy.ptr, *bases)
-    return results
+        made, outputs = new_outputs(like, device, handle, route.out_shapes, route.dtype, route.order)
+    if route.op == "backward":
+        wide, pieces = named[0][1].ptr, outputs
+    else:
+        wide, pieces = outputs[0], [a.ptr for _, a in named[: route.first_output]]
+    if route.problem is not None:
+        compiled = _compiled_strided(device, route.problem)
+    else:  # the plan is made for the addresses modulo 16
+        aligns = tuple([p & 15 for p in pieces])
+        compiled = _compiled(device, route.op, route.dtype, route.rows, route.extents, wide & 15, aligns,
+                             route.pitch)  # fmt: skip
+    compiled.launcher(handle)(wide, *pieces)
+    return made, outputs
 
 
-def _strided_join(op: str, join: _Join, named: list[tuple[str, _Array]], out: Any, y: Strided | None,
-                  handle: int) -> Any:  # fmt: skip
-    """The concat by the strided copy into ``out`` (``y`` its view); as :func:`_strided_split`."""
-    inputs = [(what, _as_strided(a)) for what, a in named[: len(join.pieces)]]
-    isz = inputs[0][1].itemsize
-    if y is not None:
-        check_own_memory(op, "out", y)
-        check_disjoint(op, [*inputs, ("out", y)], len(inputs))
-    device = _device_for(op, named)
-    _order_after_producers(device, handle, named)
-    if y is not None:
-        result = out
-    else:
-        made, addresses = new_outputs(named[0][1].obj, device, handle, [join.shape], named[0][1].dtype)
-        result = made[0]
-        y = Strided(addresses[0], join.shape, row_major_strides(join.shape), isz)
-    strides = tuple(x.strides for _, x in inputs)
-    problem = StridedProblem("forward", isz, y.shape, join.axis, join.pieces, y.strides, strides)
-    _compiled_strided(device, problem).launcher(handle)(y.ptr, *[x.ptr for _, x in inputs])
-    return result
+def _read_each(op: str, values: Sequence[Any], names: Sequence[str], handle: int) -> list[_Array] | None:
+    """Each of ``values`` read, for a route's key; None where one cannot be read (the
+    route's checks then read them in their turn, and raise in their order)."""
+    try:
+        return [_recognise(op, what, v, handle) for what, v in zip(names, values)]
+    except (TypeError, ValueError):
+        return None
 
 
 # --- the ops ----------------------------------------------------------------------------
@@ -144,13 +128,16 @@ def channel_cat_backward(
     """Split ``dy`` along ``dim`` into pieces of ``sizes``: the gradient of each input
     of ``cat(inputs, dim)``.
 
-    Returns one array per size (``runtime.DeviceArray``, or the arrays of ``out`` as
-    given). A size of 0 gives an empty array. Nothing is allocated or launched unless
-    every argument is valid; the launches are queued on ``stream`` and not waited for.
+    Returns one array per size (of dy's kind: a torch tensor, a CuPy array or a
+    ``runtime.DeviceArray``), or the arrays of ``out`` as given. A size of 0 gives an
+    empty array. Nothing is allocated or launched unless every argument is valid; the
+    launches are queued on ``stream`` and not waited for.
     """
     op = "channel_cat_backward"
-    if out is not None and _quick_c is not None and _quick_c.split(dy, sizes, dim, out, stream):
-        return list(out)
+    if _quick_c is not None:
+        done = _quick_c.split(dy, sizes, dim, out, stream)  # True, or without out the results
+        if done is not False:
+            return list(out) if out is not None else done
     handle = stream_handle(stream)
     if out is not None and _backward_quick(dy, sizes, dim, out, handle):
         return list(out)
@@ -159,72 +146,35 @@ def channel_cat_backward(
         if made is not None:
             return made
     src = _recognise(op, "dy", dy, handle)
-    split = _split_shape(op, src.shape, sizes, dim)
-    view = _as_strided(src)  # before _wide_pitch reads a pitched dy as row-major
-    pitch = _wide_pitch(src, split.axis)
-    strided = pitch is None  # strides no fused kernel takes: the strided copy's
-    dtype = src.dtype
-    if src.nbytes and src.ptr % dtype.itemsize:
-        _check_aligned(op, "dy", src)
+    names = [f"out[{i}]" for i in range(len(out))] if _is_sequence(out) else []
+    outs = _read_each(op, out, names, handle) if names else None
+    key = None
+    if sizes.__class__ is list or sizes.__class__ is tuple:
+        key = route_key("backward", (dim, *sizes), (out is None,), [src, *(outs or [])])
+        key = key if out is None or outs is not None else None
+    route = remembered(key) or split_route(op, key, src, sizes, dim, out, outs, handle)
     named = [("dy", src)]
     if out is not None:
-        if (out.__class__ is not list and out.__class__ is not tuple) and (
-            isinstance(out, (str, bytes)) or not isinstance(out, Sequence)
-        ):
-            raise TypeError(f"{op}: out must be a list or tuple of arrays, not {type(out).__name__}")
-        if len(out) != len(split.pieces):
-            raise ValueError(
-                f"{op}: out has {len(out)} arrays for {len(split.pieces)} sizes; give one per size"
-            )
-        for i, o in enumerate(out):
-            what = f"out[{i}]"
-            a = _recognise(op, what, o, handle)
-            shape = split.out_shapes[i]
-            if (
-                a.shape != shape
-                or a.dtype is not dtype
-                or a.readonly
-                or (a.nbytes and a.ptr % dtype.itemsize)
-            ):
-                reason = f"dy's shape with {split.pieces[i]} along dim {split.axis}"
-                _check_out(op, what, a, shape, dtype, reason)
-            strided = strided or (a.strides is not None and a.order is None)
-            named.append((what, a))
-    order = None if strided else _common_order(named)
-    if strided or order is _MIXED or (out is None and order is not None and not _keeps_order(src)):
-        return _strided_split(op, view, src.obj, split, named, out, handle)
-    if out is not None:
-        _check_no_overlap(op, named, 1)
-    device = _device_for(op, named)
-    _order_after_producers(device, handle, named)
-
-    if out is None:  # every check made: the results, of dy's kind, on the op's stream
-        results, bases = new_outputs(src.obj, device, handle, split.out_shapes, dtype, order)
-    else:
-        results = list(out)
-        bases = [a.ptr for _, a in named[1:]]
-    # Dense in another order (channels_last): the same copy as the row-major array its
-    # memory holds, split along the same dim's place in that order.
-    moved = split if order is None else _split_shape(
-        op, permuted(src.shape, order), sizes, order.index(split.axis)
-    )  # fmt: skip
-    # the addresses modulo 16 the plan is made for
-    aligns = tuple([b & 15 for b in bases])
-    compiled = _compiled(device, "backward", dtype, moved.rows, moved.extents, src.ptr & 15, aligns, pitch)
-    compiled.launcher(handle)(src.ptr, *bases)
-    return results
+        if outs is None:  # the route read each in its turn; read again, they raise as they did
+            outs = [_recognise(op, what, o, handle) for what, o in zip(names, out)]
+        named += zip(names, outs)
+    made, _ = _launch_route(op, route, named, out is not None, dy, handle)
+    return list(out) if made is None else made
 
 
 def channel_cat_forward(xs: Sequence[Any], dim: int = 1, *, out: Any = None, stream: Any = None) -> Any:
     """Concatenate ``xs`` along ``dim``: ``y`` with every input's channels in order.
 
     All inputs share dtype, device and every extent but ``dim``'s (which may be 0).
-    Returns a ``runtime.DeviceArray``, or ``out`` as given. Nothing is allocated or
-    launched unless every argument is valid; the launches are queued on ``stream``.
+    Returns an array of xs[0]'s kind (a torch tensor keeps the inputs' memory format),
+    or ``out`` as given. Nothing is allocated or launched unless every argument is
+    valid; the launches are queued on ``stream``.
     """
     op = "channel_cat_forward"
-    if out is not None and _quick_c is not None and _quick_c.join(xs, dim, out, stream):
-        return out
+    if _quick_c is not None:
+        done = _quick_c.join(xs, dim, out, stream)  # True, or without out the result
+        if done is not False:
+            return out if out is not None else done
     handle = stream_handle(stream)
     if (xs.__class__ is not list and xs.__class__ is not tuple) and (
         isinstance(xs, (str, bytes)) or not isinstance(xs, Sequence)
@@ -238,46 +188,15 @@ def channel_cat_forward(xs: Sequence[Any], dim: int = 1, *, out: Any = None, str
         made = _forward_fresh(xs, dim, handle)
         if made is not None:
             return made
-    named = [(f"xs[{i}]", _recognise(op, f"xs[{i}]", x, handle)) for i, x in enumerate(xs)]
-    first = named[0][1]
-    dtype = first.dtype
-    for what, a in named:
-        if a.dtype is not dtype:
-            raise TypeError(f"{op}: {what} is {a.dtype.name}, xs[0] is {dtype.name}; all must match")
-    join = _join_shape(op, [a.shape for _, a in named], dim)
-    for what, a in named:
-        if a.nbytes and a.ptr % dtype.itemsize:
-            _check_aligned(op, what, a)
-    dst = None
-    pitch: int | None = 0
-    strided = any(a.strides is not None and a.order is None for _, a in named)
+    inputs = [_recognise(op, f"xs[{i}]", x, handle) for i, x in enumerate(xs)]
+    dst = _read_each(op, [out], ["out"], handle) if out is not None else None
+    key = None
+    if out is None or dst is not None:
+        key = route_key("forward", (dim,), (out is None,), [*inputs, *(dst or [])])
+    route = remembered(key) or join_route(op, key, inputs, dim, out, dst[0] if dst else None, handle)
+    named = [(f"xs[{i}]", a) for i, a in enumerate(inputs)]
     if out is not None:
-        dst = _recognise(op, "out", out, handle)
-        _check_out(op, "out", dst, join.shape, dtype, f"the inputs joined along dim {join.axis}")
-        view = _as_strided(dst)  # before _wide_pitch reads a pitched out as row-major
-        pitch = _wide_pitch(dst, join.axis)
-        strided = strided or pitch is None
-        named.append(("out", dst))
-    order = None if strided else _common_order(named)
-    if strided or order is _MIXED or (dst is None and order is not None and not _keeps_order(first)):
-        return _strided_join(op, join, named, out, view if dst is not None else None, handle)
-    if dst is not None:
-        _check_no_overlap(op, named, len(named) - 1)
-    device = _device_for(op, named)
-    _order_after_producers(device, handle, named)
-
-    inputs = len(join.pieces)
-    aligns = tuple([a.ptr & 15 for _, a in named[:inputs]])
-    if dst is None:  # every check made: the result, of xs[0]'s kind, on the op's stream
-        made, addresses = new_outputs(first.obj, device, handle, [join.shape], dtype, order)
-        result, wide = made[0], addresses[0]
-    else:
-        result, wide = out, dst.ptr
-    # dense in another order (channels_last): the row-major arrays the memory holds
-    moved = join if order is None else _join_shape(
-        op, [permuted(a.shape, order) for _, a in named[:inputs]], order.index(join.axis)
-    )  # fmt: skip
-    compiled = _compiled(device, "forward", dtype, moved.rows, moved.extents, wide & 15, aligns, pitch)
-    bases = [a.ptr for _, a in named[:inputs]]
-    compiled.launcher(handle)(wide, *bases)
-    return result
+        # where it could not be read for the key, the route read it; read again, it raises as it did
+        named.append(("out", dst[0] if dst else _recognise(op, "out", out, handle)))
+    made, _ = _launch_route(op, route, named, out is not None, xs[0], handle)
+    return out if made is None else made[0]

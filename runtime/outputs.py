@@ -13,7 +13,7 @@ op launches anything.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .stream import same_stream
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from .device import Device
 
-__all__ = ["array_kind", "new_outputs"]
+__all__ = ["array_kind", "new_outputs", "torch_stream_reader"]
 
 
 def array_kind(like: Any) -> str:
@@ -75,8 +75,15 @@ def _in_memory(shapes: Sequence[tuple[int, ...]], order: tuple[int, ...] | None)
     return list(shapes) if order is None else [permuted(s, order) for s in shapes]
 
 
+def torch_stream_reader() -> Callable[[int], int] | None:
+    """torch's raw current stream of a device index (one C call, no Stream object), where
+    torch is imported and has it; else None."""
+    torch = sys.modules.get("torch")
+    return getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+
+
 def _torch_current_stream(torch: Any, index: int) -> int:
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # one C call, no Stream object
+    raw = torch_stream_reader()
     if raw is not None:
         return int(raw(index))
     return int(torch.cuda.current_stream(index).cuda_stream)

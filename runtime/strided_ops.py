@@ -1,17 +1,18 @@
 """What the ops check and plan for arrays the fused kernels cannot take: any strides.
 
-:mod:`runtime.ops` sends a call here once it has read and checked every argument's
-shape, dtype and device, when some array is neither row-major nor dense in the order
+:mod:`runtime.op_routes` takes this road for a call once it has read and checked every
+argument's shape and dtype, when some array is neither row-major nor dense in the order
 the others share nor a pitched wide array: a transposed or expanded input, a view with
 a step, an ``out=`` of any strides, or arrays dense in different orders. Each piece is
 then one strided copy (:mod:`ptxgen.kernels.plan_strided`): correct for any strides,
 one element a thread, where the fused kernels move 16-byte vectors.
 
-What is checked here, before anything is allocated or launched: that no output gives
-two of its elements one address (an expanded ``out=``), and that no output shares a
-byte with an input or another output. Arrays of any strides are compared by the span
-from their lowest byte to their highest, so two outputs interleaved in one buffer
-(``x[:, ::2]`` and ``x[:, 1::2]``) are refused too, though they share no element.
+The checks here, all before anything is allocated or launched: no output gives two of
+its elements one address (an expanded ``out=``: :func:`check_own_memory`), and no output
+shares a byte with an input or another output (:func:`check_disjoint`, the ops' one
+overlap test, for every route). Arrays of any strides are compared by the span from
+their lowest byte to their highest (:func:`span`), so two outputs interleaved in one
+buffer (``x[:, ::2]`` and ``x[:, 1::2]``) are refused too, though they share no element.
 The op makes its results row-major, of the inputs' kind (torch, CuPy, DeviceArray).
 """
 
@@ -72,17 +73,26 @@ def check_own_memory(op: str, what: str, a: Strided) -> None:
         reach += (extent - 1) * stride
 
 
-def check_disjoint(op: str, named: Sequence[tuple[str, Strided]], first_output: int) -> None:
-    """No output shares a byte of its span with an input or another output."""
-    spans = [(what, *span(a)) for what, a in named]
+_BY_SPAN = " (arrays of any strides are compared by the span from their lowest byte to their highest)"
+
+
+def check_disjoint(
+    op: str, spans: Sequence[tuple[str, int, int]], first_output: int, any_strides: bool = False
+) -> None:
+    """No output shares a byte with an input or with another output (inputs may share
+    memory with each other: they are only read). ``spans`` lists each array's name and
+    bytes ``[lo, hi)``, the inputs first, the outputs from ``first_output``; pairs are
+    checked in that order. ``any_strides``: the arrays were compared by their spans
+    from their lowest byte to their highest (the strided copy's), which the error says."""
     for i, (what_a, lo_a, hi_a) in enumerate(spans):
+        if lo_a >= hi_a:
+            continue
         for what_b, lo_b, hi_b in spans[max(i + 1, first_output) :]:
-            if lo_a < hi_a and lo_b < hi_b and lo_a < hi_b and lo_b < hi_a:
+            if lo_b < hi_b and lo_a < hi_b and lo_b < hi_a:
+                low, high = max(lo_a, lo_b), min(hi_a, hi_b)
                 raise ValueError(
-                    f"{op}: {what_a} and {what_b} overlap "
-                    f"(bytes {max(lo_a, lo_b):#x}..{min(hi_a, hi_b):#x}); "
-                    "an output may not share memory with an input or another output (arrays of any "
-                    "strides are compared by the span from their lowest byte to their highest)"
+                    f"{op}: {what_a} and {what_b} overlap (bytes {low:#x}..{high:#x}); an output may "
+                    f"not share memory with an input or another output{_BY_SPAN if any_strides else ''}"
                 )
 
 

@@ -147,6 +147,56 @@ def test_an_expanded_or_overlapping_output_is_refused_before_anything_runs(dev, 
     assert bool((target == 7.0).all())
 
 
+@pytest.mark.parametrize("itemsize", [1, 2, 8])
+def test_a_remembered_kind_of_call_checks_each_calls_addresses(dev, torch, itemsize):
+    """Stepped and channels_last calls repeated on new arrays of the same kind (the route
+    remembered) are written exactly, poison left around them; the same kind of call with
+    an output that overlaps an input is refused with nothing written."""
+    rows, sizes, width = 301, (5, 11), 32  # dy: every other column of rows x 32
+
+    def out_views(s):  # out[i]: odd columns of a (rows, 32) and a (rows, 22) buffer
+        wide = width if s == sizes[0] else 2 * s
+        return lambda b: b[: rows * wide].view(rows, wide)[:, 1::2][:, :s]
+
+    for trial in range(3):
+        dy = random_tensor(torch, (rows, width), itemsize)[:, ::2]
+        outs, buffers = zip(*(poisoned_view(torch, (rows, width), itemsize, out_views(s)) for s in sizes))
+        assert runtime.channel_cat_backward(dy, sizes, 1, out=list(outs)) == list(outs)
+        torch.cuda.synchronize()
+        for out, buffer, want in zip(outs, buffers, torch.split(dy, sizes, 1)):
+            assert same(torch, out, want) and untouched_elsewhere(torch, out, buffer), trial
+    base = random_tensor(torch, (rows, width), itemsize)
+    dy, kept = base[:, ::2], base.clone()
+    inside = base[:, 1::2][:, : sizes[0]]  # interleaved with dy: no shared element, a shared span
+    other = random_tensor(torch, (rows, 2 * sizes[1]), itemsize)[:, 1::2]
+    with pytest.raises(ValueError, match=r"dy and out\[0\] overlap .*compared by the span"):
+        runtime.channel_cat_backward(dy, sizes, 1, out=[inside, other])
+    torch.cuda.synchronize()
+    assert same(torch, base, kept)
+    cl = random_tensor(torch, (2, 24, 5, 7), itemsize).contiguous(memory_format=torch.channels_last)
+    for _ in range(3):
+        parts = runtime.channel_cat_backward(cl, (9, 15), 1)
+        assert all(p.is_contiguous(memory_format=torch.channels_last) for p in parts)
+        y = torch.empty_like(cl)
+        runtime.channel_cat_forward(parts, 1, out=y)
+        torch.cuda.synchronize()
+        assert same(torch, y, cl) and all(
+            same(torch, p, w) for p, w in zip(parts, torch.split(cl, (9, 15), 1))
+        )
+    # a concat whose second input is a view of part of a channels_last array, then the
+    # same kind of call with that view taken of the output itself
+    z = random_tensor(torch, cl.shape, itemsize).contiguous(memory_format=torch.channels_last)
+    y = torch.empty_like(cl)
+    runtime.channel_cat_forward([parts[0], z[:, 9:]], 1, out=y)
+    torch.cuda.synchronize()
+    assert same(torch, y[:, 9:], z[:, 9:]) and same(torch, y[:, :9], parts[0])
+    kept = y.clone()
+    with pytest.raises(ValueError, match=r"xs\[1\] and out overlap"):
+        runtime.channel_cat_forward([parts[0], y[:, 9:]], 1, out=y)
+    torch.cuda.synchronize()
+    assert same(torch, y, kept)
+
+
 def test_a_copy_past_2_to_the_31_elements_is_cut_into_launches(dev, torch):
     """2**31 + 4 one-byte elements of a transposed input: more than one launch indexes."""
     from ptxgen.kernels.plan_strided import StridedProblem, make_strided_plan

@@ -54,6 +54,9 @@ VARIANTS: list[tuple[str, dict[str, Any], int | None]] = [
 ]
 VARIANTS += [("no_w16", {"wide_chunks": False}, None), ("u8", {"unroll": 8}, None)]
 BACKWARD_ONLY = [("bulk_persist4", {"loader": "bulk"}, 4), ("bulk_persist2_u4", {"loader": "bulk"}, 2)]
+# The byte walk the word windows replaced (byte granules, wide chunks): the shipped
+# kernel with its word windows turned off (``byte_walk_tile``).
+BACKWARD_ONLY += [("bytes", {}, None)]
 FORWARD_ONLY = [("regs", {"loader": "regs"}, None), ("regs_u2", {"loader": "regs", "unroll": 2}, None)]
 
 
@@ -105,6 +108,18 @@ def case_calls(torch: Any, runtime: Any, op: str, dt: str, rows: int, sizes: tup
     )
 
 
+def byte_walk_tile() -> Any:
+    """``FastcatTile`` gathering byte-granule vectors a byte at a time (the two-piece
+    walk), as it did before the word windows: the variant ``bytes``."""
+    from ptxgen.kernels.fastcat_tile import FastcatTile
+
+    class ByteWalkTile(FastcatTile):
+        # FastcatTile.__init__ sets word_windows; this class keeps it off.
+        word_windows = property(lambda self: False, lambda self, value: None)
+
+    return ByteWalkTile
+
+
 def base_factory(path: Path) -> Any:
     """A stand-in for ``FastcatTile`` built from an earlier copy of fastcat_tile.py (the
     keyword arguments it does not know dropped), loaded as ``lab/tile_study.py`` loads one."""
@@ -141,6 +156,8 @@ def run_case(
         planner.choose = patched_choose(original, change, per_sm, sms)
         if name == "base":
             fastcat_tile.FastcatTile = base  # Launch.kernel imports it at each plan
+        elif name == "bytes":
+            fastcat_tile.FastcatTile = byte_walk_tile()
         runtime.ops.clear_plans()
         reset()
         try:

@@ -279,6 +279,16 @@ class PtxFunction:
             self._items.append(Blank())
         self._items.append(Banner(text))
 
+    def load_params(self, banner: str = "read the launch arguments") -> dict[str, Reg]:
+        """Each ``.param`` declared so far loaded into a register of its own name and type,
+        under ``banner``: the registers by parameter name (an ``.entry``'s first lines)."""
+        self._entry_only("load_params")
+        regs = {p.name: self.reg(p.name, p.type) for p in self.params}  # type: ignore[union-attr]
+        self.banner(banner)
+        for p in self.params:
+            self.inst(f"ld.param.{p.type}", regs[p.name], Addr(p))  # type: ignore[union-attr]
+        return regs
+
     @contextmanager
     def unless(self, predicate: Reg, label: str = "skip") -> Iterator[Label]:
         """The block runs only in threads where ``predicate`` is false:

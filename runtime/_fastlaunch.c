@@ -103,7 +103,9 @@ typedef struct {
 } footprint_cache_t;
 
 /* How each attribute of a torch tensor is read (see "reading a torch tensor" below). */
-enum { T_DTYPE, T_IS_CUDA, T_NBYTES, T_GET_DEVICE, T_IS_CONTIGUOUS, T_DATA_PTR, T_SHAPE, T_REQUIRES_GRAD, T_COUNT };
+enum {
+    T_DTYPE, T_IS_CUDA, T_NBYTES, T_GET_DEVICE, T_IS_CONTIGUOUS, T_DATA_PTR, T_SHAPE, T_REQUIRES_GRAD, T_STRIDE, T_COUNT
+};
 
 typedef struct {
     PyObject *descr[T_COUNT]; /* or NULL: read by name */
@@ -154,7 +156,8 @@ static PyTypeObject PreparedType;
 
 static PyObject *s_launch_key, *s_address, *s_nbytes, *s_dtype, *s_is_cuda, *s_get_device,
     *s_is_contiguous, *s_data_ptr, *s_handle, *s_stream, *s_shared_mem, *s_shape, *s_name, *s_ordinal,
-    *s_closed, *s_requires_grad, *s_itemsize, *s_new_empty, *s_empty;
+    *s_closed, *s_requires_grad, *s_itemsize, *s_new_empty, *s_empty, *s_stride, *s_permute,
+    *s_first_output, *s_spans, *s_launches, *s_memory_shapes, *s_inverse, *s_backward, *s_forward;
 
 /* Forget a failed read: the Python path will meet the same failure and say what it is.
  * Only an Exception is forgotten; a KeyboardInterrupt or SystemExit stays set, and every
@@ -226,9 +229,11 @@ static int read_u64(PyObject *obj, PyObject *name, uint64_t *out) {
  */
 
 static PyObject **const reader_names[T_COUNT] = {&s_dtype, &s_is_cuda, &s_nbytes, &s_get_device,
-                                                 &s_is_contiguous, &s_data_ptr, &s_shape, &s_requires_grad};
+                                                 &s_is_contiguous, &s_data_ptr, &s_shape, &s_requires_grad,
+                                                 &s_stride};
 /* Which are methods (called with the tensor); the others are properties (got through). */
-static const char reader_is_method[T_COUNT] = {[T_GET_DEVICE] = 1, [T_IS_CONTIGUOUS] = 1, [T_DATA_PTR] = 1};
+static const char reader_is_method[T_COUNT] = {[T_GET_DEVICE] = 1, [T_IS_CONTIGUOUS] = 1, [T_DATA_PTR] = 1,
+                                               [T_STRIDE] = 1};
 
 static void readers_clear(readers_t *R) {
     for (int i = 0; i < T_COUNT; i++)
@@ -1358,6 +1363,7 @@ typedef struct {
     readers_t readers;       /* how its attributes are read */
     PyObject *torch_dtypes;  /* torch dtype -> DType (arrays._torch_dtypes), once bound */
     PyObject *current_stream; /* torch's raw current stream of a device index, once bound, or NULL */
+    PyObject *routes;         /* op_routes._routes, once bound, or NULL */
     streams_t streams;
     PyObject *dtype, *dtype_name; /* the last DType read and its name ... */
     uint64_t dtype_itemsize;      /* ... and element size: most calls see one dtype */
@@ -1369,9 +1375,10 @@ typedef struct {
 
 typedef struct {
     uint64_t address, nbytes;
-    PyObject *shape; /* new reference */
-    PyObject *dtype; /* the DType (a reference of its own) */
-    PyObject *key;   /* new reference: a DeviceArray's launch key, else NULL */
+    PyObject *shape;   /* new reference */
+    PyObject *dtype;   /* the DType (a reference of its own) */
+    PyObject *key;     /* new reference: a DeviceArray's launch key, else NULL */
+    PyObject *strides; /* new reference: a tensor's, read where it is not contiguous; else NULL */
     long long ordinal;
     int writable;
 } facts_t;
@@ -1380,6 +1387,7 @@ static void facts_clear(facts_t *f) {
     Py_CLEAR(f->shape);
     Py_CLEAR(f->key);
     Py_CLEAR(f->dtype);
+    Py_CLEAR(f->strides);
 }
 
 static int read_bool(PyObject *obj, PyObject *name, int want_true) {
@@ -1446,10 +1454,11 @@ static uint64_t shape_nbytes(PyObject *shape, uint64_t itemsize) {
 }
 
 /* op_quick._wide_facts / _torch_facts: an open, non-empty DeviceArray, or a contiguous, non-empty
- * CUDA tensor of a dtype we have. 1 filled in; 0 not the common case. A tensor's byte count
+ * CUDA tensor of a dtype we have; with ``any_strides``, a tensor of any strides too, its
+ * strides read (op_arrays._torch_array). 1 filled in; 0 not taken. A tensor's byte count
  * comes from its shape (one read fewer than nbytes); whether it may be written
  * (requires_grad) is read only where ``written``. */
-static int array_facts(QuickOps *Q, PyObject *v, facts_t *f, int written) {
+static int array_facts(QuickOps *Q, PyObject *v, facts_t *f, int written, int any_strides) {
     memset(f, 0, sizeof *f);
     PyObject *cls = (PyObject *)Py_TYPE(v);
     uint64_t bits;
@@ -1477,16 +1486,22 @@ static int array_facts(QuickOps *Q, PyObject *v, facts_t *f, int written) {
     if (Q->tensor == NULL || cls != Q->tensor)
         return 0;
     const readers_t *R = &Q->readers;
-    if (!tensor_is(R, T_IS_CUDA, v, Py_True) || !tensor_is(R, T_IS_CONTIGUOUS, v, Py_True))
+    if (!tensor_is(R, T_IS_CUDA, v, Py_True))
         return 0;
+    if (!tensor_is(R, T_IS_CONTIGUOUS, v, Py_True)) {
+        if (!any_strides || (f->strides = tensor_read(R, T_STRIDE, v)) == NULL)
+            return 0;
+        if (!PyTuple_CheckExact(f->strides))
+            goto no;
+    }
     PyObject *torch_dtype = tensor_read(R, T_DTYPE, v);
     if (torch_dtype == NULL)
-        return 0;
+        goto no;
     PyObject *dtype = PyDict_GetItemWithError(Q->torch_dtypes, torch_dtype);
     Py_DECREF(torch_dtype);
     if (dtype == NULL || dtype == Py_None) {
         drop_error();
-        return 0;
+        goto no;
     }
     Py_INCREF(dtype);
     f->dtype = dtype;
@@ -1550,29 +1565,14 @@ static PyObject *quick_entry(QuickOps *Q, PyObject *key) {
     return call;
 }
 
-/* Calls the entry's launch function for ``aligns``: 1 launched, 0 none there yet, -1 error. */
-static int quick_launch(PyObject *call, uint64_t aligns, uint64_t wide, const uint64_t *pieces, Py_ssize_t n) {
-    PyObject *launches = PyTuple_GET_ITEM(call, 3);
-    if (!PyDict_Check(launches))
-        return 0;
-    PyObject *key = PyLong_FromUnsignedLongLong(aligns);
-    if (key == NULL)
-        return -1;
-    PyObject *launch = PyDict_GetItemWithError(launches, key);
-    Py_DECREF(key);
-    if (launch == NULL) {
-        if (PyErr_Occurred())
-            return -1;
-        return 0;
-    }
-    Py_INCREF(launch);
+/* Calls a launch function (Steps, run here with the addresses as C values, or a Python
+ * function) with the wide array's and the pieces' addresses: 1 launched, -1 error. */
+static int run_launch(PyObject *launch, uint64_t wide, const uint64_t *pieces, Py_ssize_t n) {
     if (Py_TYPE(launch) == &StepsType && ((Steps *)launch)->npieces == n && ((Steps *)launch)->steps != NULL) {
         uint64_t bases[MAX_PIECES + 1];
         bases[0] = wide;
         memcpy(bases + 1, pieces, (size_t)n * sizeof(uint64_t));
-        int ran = steps_run((Steps *)launch, bases);
-        Py_DECREF(launch);
-        return ran < 0 ? -1 : 1;
+        return steps_run((Steps *)launch, bases) < 0 ? -1 : 1;
     }
     PyObject *values[MAX_PIECES + 1];
     Py_ssize_t made = 0;
@@ -1593,8 +1593,25 @@ static int quick_launch(PyObject *call, uint64_t aligns, uint64_t wide, const ui
 done:
     for (Py_ssize_t i = 0; i < made; i++)
         Py_DECREF(values[i]);
-    Py_DECREF(launch);
     return result;
+}
+
+/* Calls the entry's launch function for ``aligns``: 1 launched, 0 none there yet, -1 error. */
+static int quick_launch(PyObject *call, uint64_t aligns, uint64_t wide, const uint64_t *pieces, Py_ssize_t n) {
+    PyObject *launches = PyTuple_GET_ITEM(call, 3);
+    if (!PyDict_Check(launches))
+        return 0;
+    PyObject *key = PyLong_FromUnsignedLongLong(aligns);
+    if (key == NULL)
+        return -1;
+    PyObject *launch = PyDict_GetItemWithError(launches, key);
+    Py_DECREF(key);
+    if (launch == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    Py_INCREF(launch);
+    int ran = run_launch(launch, wide, pieces, n);
+    Py_DECREF(launch);
+    return ran;
 }
 
 /* Whether a piece of ``n`` bytes at ``p`` may go with the wide array: aligned to the
@@ -1675,14 +1692,15 @@ static PyObject *quick_false(void) {
  * one per shape of ``shapes``, of the kind of ``like`` (read into ``facts``):
  * - a torch tensor's, where torch's current stream on its device is the op's:
  *   ``like.new_empty(shape)`` (its dtype and device, contiguous), from torch's caching
- *   allocator, which gives the block to that stream;
+ *   allocator, which gives the block to that stream; ``shape`` in memory order and the
+ *   tensor permuted by ``inverse`` where that is given (a channels_last result, say);
  * - a DeviceArray's: ``device.empty(shape, dtype, stream=handle)``, from the device's pool on
  *   the op's stream (``device``: the entry's).
  * A new list, the addresses in ``addresses``; NULL with no error set where torch's current
  * stream is another (the Python path makes them under the op's) or an address cannot be
  * read; NULL with the allocator's error where an allocation fails (nothing is launched). */
 static PyObject *fresh_results(QuickOps *Q, PyObject *like, const facts_t *facts, PyObject *device,
-                               uintptr_t handle, PyObject *shapes, uint64_t *addresses) {
+                               uintptr_t handle, PyObject *shapes, PyObject *inverse, uint64_t *addresses) {
     PyObject *stream = PyLong_FromUnsignedLongLong(handle), *kwnames = NULL;
     if (stream == NULL)
         return NULL;
@@ -1709,6 +1727,10 @@ static PyObject *fresh_results(QuickOps *Q, PyObject *like, const facts_t *facts
         if (facts->key == NULL) {
             PyObject *call[2] = {like, PyTuple_GET_ITEM(shapes, i)};
             r = PyObject_VectorcallMethod(s_new_empty, call, 2, NULL);
+            if (r != NULL && inverse != NULL) { /* made in memory order, seen in the input's dims */
+                PyObject *seen[2] = {r, inverse};
+                Py_SETREF(r, PyObject_VectorcallMethod(s_permute, seen, 2, NULL));
+            }
         } else {
             PyObject *call[4] = {device, PyTuple_GET_ITEM(shapes, i), facts->dtype, stream};
             r = PyObject_VectorcallMethod(s_empty, call, 3, kwnames);
@@ -1764,7 +1786,7 @@ static PyObject *QuickOps_split(QuickOps *Q, PyObject *const *args, Py_ssize_t n
         }
     }
     uintptr_t handle;
-    if (nout > MAX_PIECES || !resolve_stream(&Q->streams, args[4], &handle) || !array_facts(Q, dy, &wide, 0))
+    if (nout > MAX_PIECES || !resolve_stream(&Q->streams, args[4], &handle) || !array_facts(Q, dy, &wide, 0, 0))
         goto done;
     have_wide = 1;
     call = entry_for(Q, wide.shape, dim, &wide, handle, &PyTuple_GET_ITEM(sizes, 0), nsizes);
@@ -1781,7 +1803,7 @@ static PyObject *QuickOps_split(QuickOps *Q, PyObject *const *args, Py_ssize_t n
     if (fresh) {
         if (wide.key == NULL && Q->current_stream == NULL)
             goto done;
-        made = fresh_results(Q, dy, &wide, PyTuple_GET_ITEM(call, 0), handle, wants, pieces);
+        made = fresh_results(Q, dy, &wide, PyTuple_GET_ITEM(call, 0), handle, wants, NULL, pieces);
         if (made == NULL) {
             if (PyErr_Occurred())
                 result = NULL;
@@ -1792,7 +1814,7 @@ static PyObject *QuickOps_split(QuickOps *Q, PyObject *const *args, Py_ssize_t n
     } else {
         int ordered = 1;
         for (Py_ssize_t i = 0; i < nout; i++) {
-            if (!array_facts(Q, PyTuple_GET_ITEM(out, i), &piece, 1))
+            if (!array_facts(Q, PyTuple_GET_ITEM(out, i), &piece, 1, 0))
                 goto done;
             int eq = PyObject_RichCompareBool(piece.shape, PyTuple_GET_ITEM(wants, i), Py_EQ);
             int fits = eq == 1 && same_kind(&piece, &wide) && piece.writable;
@@ -1860,14 +1882,14 @@ static PyObject *QuickOps_join(QuickOps *Q, PyObject *const *args, Py_ssize_t na
     if (nxs == 0 || nxs > MAX_PIECES || !resolve_stream(&Q->streams, args[3], &handle))
         goto done;
     if (fresh) { /* xs[0] stands for the result: its kind, dtype and device, made once all is checked */
-        if (!array_facts(Q, PyTuple_GET_ITEM(xs, 0), &wide, 0))
+        if (!array_facts(Q, PyTuple_GET_ITEM(xs, 0), &wide, 0, 0))
             goto done;
         have_wide = 1;
         wide.address = wide.nbytes = 0;
         if (wide.key == NULL && Q->current_stream == NULL)
             goto done;
     } else {
-        if (!array_facts(Q, out, &wide, 1))
+        if (!array_facts(Q, out, &wide, 1, 0))
             goto done;
         have_wide = 1;
         if (!wide.writable)
@@ -1878,7 +1900,7 @@ static PyObject *QuickOps_join(QuickOps *Q, PyObject *const *args, Py_ssize_t na
         goto done;
     uint64_t mask = itemsize - 1, aligns = wide.address & 15;
     for (Py_ssize_t i = 0; i < nxs; i++) { /* inputs may share memory with each other, not with y */
-        if (!array_facts(Q, PyTuple_GET_ITEM(xs, i), &piece, 0))
+        if (!array_facts(Q, PyTuple_GET_ITEM(xs, i), &piece, 0, 0))
             goto done;
         /* without out, every input of xs[0]'s kind (a DeviceArray of its device), as the result is */
         int fits = same_kind(&piece, &wide) &&
@@ -1902,7 +1924,7 @@ static PyObject *QuickOps_join(QuickOps *Q, PyObject *const *args, Py_ssize_t na
         goto done;
     if (fresh) {
         made = fresh_results(Q, PyTuple_GET_ITEM(xs, 0), &wide, PyTuple_GET_ITEM(call, 0), handle, wants,
-                             &wide.address);
+                             NULL, &wide.address);
         if (made == NULL) {
             if (PyErr_Occurred())
                 result = NULL;
@@ -1936,6 +1958,239 @@ done:
         return quick_false();
     }
     return result;
+}
+
+/* --- the ops' remembered routes ------------------------------------------------------ */
+/*
+ * A call the quick table does not hold (arrays of any strides: channels_last, a pitched or
+ * stepped view) whose kind of call runtime/op_routes.py has seen: its route is looked up by
+ * the key op_routes.route_key builds, from the same facts of each array (class, shape,
+ * strides, dtype, writability), and the per-call checks of ops._launch_route run here:
+ * alignment, overlap of the route's spans moved to this call's addresses, one device. The
+ * results without ``out`` are made in the route's memory order (fresh_results), and the
+ * launch is the one ops._launch_route registered in ``route.launches`` for this device,
+ * stream and pattern of addresses modulo 16. Anything else answers False having done
+ * nothing: the Python path takes it (and registers the launch for the next).
+ */
+
+/* One kind of call: ``arrays`` read (inputs, then the outputs where ``fresh`` is 0), the
+ * route found and run. ``wide_output``: the wide array is the output (a join). */
+static PyObject *route_call(QuickOps *Q, PyObject *op, PyObject *ints, int fresh, PyObject *const *arrays,
+                            Py_ssize_t narrays, PyObject *stream, int wide_output) {
+    facts_t f[MAX_PIECES + 1];
+    Py_ssize_t nread = 0;
+    PyObject *key = NULL, *route = NULL, *spans = NULL, *launches = NULL, *entry = NULL, *made = NULL;
+    PyObject *result = Py_False, *memory = NULL, *inverse = NULL;
+    uintptr_t handle;
+    if (Q->routes == NULL || narrays > MAX_PIECES + 1 || !resolve_stream(&Q->streams, stream, &handle))
+        goto done;
+    key = PyTuple_New(3 + narrays);
+    if (key == NULL)
+        goto error;
+    Py_INCREF(op);
+    PyTuple_SET_ITEM(key, 0, op);
+    Py_INCREF(ints);
+    PyTuple_SET_ITEM(key, 1, ints);
+    PyObject *flags = PyTuple_Pack(1, fresh ? Py_True : Py_False);
+    if (flags == NULL)
+        goto error;
+    PyTuple_SET_ITEM(key, 2, flags);
+    while (nread < narrays) { /* each array's facts as op_routes.route_key holds them */
+        facts_t *a = &f[nread];
+        if (!array_facts(Q, arrays[nread], a, 1, 1))
+            goto done;
+        nread++;
+        if (!known_ordinal(a) || a->ordinal != f[0].ordinal) /* one device; Python names both otherwise */
+            goto done;
+        PyObject *fact = PyTuple_Pack(5, (PyObject *)Py_TYPE(arrays[nread - 1]), a->shape,
+                                      a->strides != NULL ? a->strides : Py_None, a->dtype,
+                                      a->writable ? Py_False : Py_True);
+        if (fact == NULL)
+            goto error;
+        PyTuple_SET_ITEM(key, 2 + nread, fact);
+    }
+    route = PyDict_GetItemWithError(Q->routes, key);
+    if (route == NULL)
+        goto absent;
+    Py_INCREF(route);
+    uint64_t first, itemsize = dtype_facts(Q, f[0].dtype, NULL), mask = itemsize - 1;
+    if (itemsize == 0 || !read_u64(route, s_first_output, &first) || first > (uint64_t)narrays)
+        goto done;
+    for (Py_ssize_t i = 0; i < narrays; i++)
+        if (f[i].address & mask)
+            goto done;
+    if (!fresh) { /* no output shares a byte with an input or another output (strided_ops.check_disjoint) */
+        spans = PyObject_GetAttr(route, s_spans);
+        if (spans == NULL || !PyTuple_CheckExact(spans) || PyTuple_GET_SIZE(spans) != narrays)
+            goto absent;
+        uint64_t lo[MAX_PIECES + 1], hi[MAX_PIECES + 1];
+        for (Py_ssize_t i = 0; i < narrays; i++) {
+            PyObject *s = PyTuple_GET_ITEM(spans, i);
+            long long a, b;
+            if (!PyTuple_CheckExact(s) || PyTuple_GET_SIZE(s) != 2)
+                goto done;
+            a = PyLong_AsLongLong(PyTuple_GET_ITEM(s, 0));
+            b = PyLong_AsLongLong(PyTuple_GET_ITEM(s, 1));
+            if (PyErr_Occurred())
+                goto absent;
+            lo[i] = f[i].address + (uint64_t)a;
+            hi[i] = f[i].address + (uint64_t)b;
+        }
+        for (Py_ssize_t j = (Py_ssize_t)first; j < narrays; j++)
+            for (Py_ssize_t i = 0; i < j; i++)
+                if (lo[i] < hi[i] && lo[j] < hi[j] && lo[i] < hi[j] && lo[j] < hi[i])
+                    goto done;
+    }
+    uint64_t addresses[MAX_PIECES + 1];
+    for (Py_ssize_t i = 0; i < narrays; i++)
+        addresses[i] = f[i].address;
+    if (fresh) {
+        memory = PyObject_GetAttr(route, s_memory_shapes);
+        inverse = memory != NULL ? PyObject_GetAttr(route, s_inverse) : NULL;
+        if (inverse == NULL || !PyTuple_CheckExact(memory) || narrays + PyTuple_GET_SIZE(memory) > MAX_PIECES + 1)
+            goto absent;
+        if ((f[0].key == NULL && Q->current_stream == NULL) || (f[0].key != NULL && inverse != Py_None))
+            goto done; /* a DeviceArray's results are row-major, made so by the strided copy's route */
+        PyObject *device = f[0].key != NULL ? PyTuple_GET_ITEM(f[0].key, 0) : NULL;
+        made = fresh_results(Q, arrays[0], &f[0], device, handle, memory, inverse != Py_None ? inverse : NULL,
+                             addresses + narrays);
+        if (made == NULL)
+            goto absent;
+    }
+    Py_ssize_t total = narrays + (made != NULL ? PyList_GET_SIZE(made) : 0);
+    uint64_t wide = wide_output ? addresses[total - 1] : addresses[0], pieces[MAX_PIECES], aligns = wide & 15;
+    Py_ssize_t npieces = 0;
+    for (Py_ssize_t i = wide_output ? 0 : 1; i < (wide_output ? total - 1 : total); i++) {
+        pieces[npieces++] = addresses[i];
+        aligns = aligns << 4 | (addresses[i] & 15);
+    }
+    launches = PyObject_GetAttr(route, s_launches);
+    if (launches == NULL || !PyDict_CheckExact(launches))
+        goto absent;
+    PyObject *lkey = Py_BuildValue("(LKK)", f[0].ordinal, (unsigned long long)handle, (unsigned long long)aligns);
+    if (lkey == NULL)
+        goto error;
+    entry = PyDict_GetItemWithError(launches, lkey);
+    Py_DECREF(lkey);
+    if (entry == NULL)
+        goto absent;
+    Py_INCREF(entry); /* (device, launch), the device open */
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2 || !read_bool(PyTuple_GET_ITEM(entry, 0), s_closed, 0))
+        goto done;
+    if (run_launch(PyTuple_GET_ITEM(entry, 1), wide, pieces, npieces) < 0)
+        goto error;
+    result = made == NULL ? Py_True : wide_output ? PyList_GET_ITEM(made, 0) : made;
+    goto done;
+absent: /* an attribute or entry not there: not taken (an interrupt stays set) */
+    drop_error();
+    goto done;
+error:
+    result = NULL;
+done:
+    for (Py_ssize_t i = 0; i < nread; i++)
+        facts_clear(&f[i]);
+    Py_XINCREF(result);
+    Py_XDECREF(key);
+    Py_XDECREF(route);
+    Py_XDECREF(spans);
+    Py_XDECREF(launches);
+    Py_XDECREF(entry);
+    Py_XDECREF(memory);
+    Py_XDECREF(inverse);
+    Py_XDECREF(made);
+    if (result == Py_False) {
+        Py_DECREF(result);
+        return quick_false();
+    }
+    return result;
+}
+
+/* route_split(dy, sizes, dim, out, stream): channel_cat_backward by its remembered route. */
+static PyObject *QuickOps_route_split(QuickOps *Q, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "route_split(dy, sizes, dim, out, stream)");
+        return NULL;
+    }
+    PyObject *sizes = args[1], *dim = args[2], *out = args[3];
+    int fresh = out == Py_None;
+    if (!Q->enabled || !PyLong_CheckExact(dim) || (!PyList_CheckExact(sizes) && !PyTuple_CheckExact(sizes)) ||
+        (!fresh && !PyList_CheckExact(out) && !PyTuple_CheckExact(out)))
+        Py_RETURN_FALSE;
+    PyObject *ints = NULL, *outs = fresh ? NULL : PySequence_Tuple(out), *result = NULL;
+    PyObject *sized = PySequence_Tuple(sizes);
+    if (sized == NULL || (!fresh && outs == NULL))
+        goto done;
+    Py_ssize_t n = PyTuple_GET_SIZE(sized), nout = fresh ? 0 : PyTuple_GET_SIZE(outs);
+    if (n > MAX_PIECES || (!fresh && nout != n)) {
+        result = Py_False;
+        Py_INCREF(result);
+        goto done;
+    }
+    ints = PyTuple_New(n + 1);
+    if (ints == NULL)
+        goto done;
+    Py_INCREF(dim);
+    PyTuple_SET_ITEM(ints, 0, dim);
+    PyObject *arrays[MAX_PIECES + 1] = {args[0]};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *s = PyTuple_GET_ITEM(sized, i);
+        if (!PyLong_CheckExact(s)) { /* a bool equals 1 as a key, but is refused */
+            result = Py_False;
+            Py_INCREF(result);
+            goto done;
+        }
+        Py_INCREF(s);
+        PyTuple_SET_ITEM(ints, i + 1, s);
+        if (!fresh)
+            arrays[i + 1] = PyTuple_GET_ITEM(outs, i);
+    }
+    result = route_call(Q, s_backward, ints, fresh, arrays, 1 + nout, args[4], 0);
+done:
+    Py_XDECREF(ints);
+    Py_XDECREF(outs);
+    Py_XDECREF(sized);
+    return result;
+}
+
+/* route_join(xs, dim, out, stream): channel_cat_forward by its remembered route. */
+static PyObject *QuickOps_route_join(QuickOps *Q, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "route_join(xs, dim, out, stream)");
+        return NULL;
+    }
+    PyObject *dim = args[1], *out = args[2];
+    if (!Q->enabled || !PyLong_CheckExact(dim) || (!PyList_CheckExact(args[0]) && !PyTuple_CheckExact(args[0])))
+        Py_RETURN_FALSE;
+    PyObject *xs = PySequence_Tuple(args[0]), *ints = NULL, *result = NULL;
+    if (xs == NULL)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(xs);
+    if (n == 0 || n > MAX_PIECES) {
+        Py_DECREF(xs);
+        Py_RETURN_FALSE;
+    }
+    PyObject *arrays[MAX_PIECES + 1];
+    for (Py_ssize_t i = 0; i < n; i++)
+        arrays[i] = PyTuple_GET_ITEM(xs, i);
+    if (out != Py_None)
+        arrays[n] = out;
+    ints = PyTuple_Pack(1, dim);
+    if (ints != NULL)
+        result = route_call(Q, s_forward, ints, out == Py_None, arrays, n + (out != Py_None), args[3], 1);
+    Py_XDECREF(ints);
+    Py_DECREF(xs);
+    return result;
+}
+
+/* bind_routes(routes): the table of op_routes' remembered routes, read by route_split/route_join. */
+static PyObject *QuickOps_bind_routes(QuickOps *Q, PyObject *routes) {
+    if (!PyDict_CheckExact(routes)) {
+        PyErr_SetString(PyExc_TypeError, "bind_routes takes op_routes' dict of routes");
+        return NULL;
+    }
+    Py_INCREF(routes);
+    Py_XSETREF(Q->routes, routes);
+    Py_RETURN_NONE;
 }
 
 /* bind_torch(tensor_class, dtypes, current_stream=None): recognise torch tensors, their dtypes
@@ -1982,6 +2237,7 @@ static int QuickOps_traverse(QuickOps *Q, visitproc visit, void *arg) {
     Py_VISIT(Q->tensor);
     Py_VISIT(Q->torch_dtypes);
     Py_VISIT(Q->current_stream);
+    Py_VISIT(Q->routes);
     Py_VISIT(Q->dtype);
     Py_VISIT(Q->dtype_name);
     streams_traverse(&Q->streams, visit, arg);
@@ -1994,6 +2250,7 @@ static int QuickOps_clear(QuickOps *Q) {
     Py_CLEAR(Q->tensor);
     Py_CLEAR(Q->torch_dtypes);
     Py_CLEAR(Q->current_stream);
+    Py_CLEAR(Q->routes);
     Py_CLEAR(Q->dtype);
     Py_CLEAR(Q->dtype_name);
     streams_clear(&Q->streams);
@@ -2025,11 +2282,33 @@ static PyObject *QuickOps_join_checked(QuickOps *Q, PyObject *const *args, Py_ss
     return QuickOps_join(Q, args, nargs);
 }
 
+static PyObject *QuickOps_route_split_checked(QuickOps *Q, PyObject *const *args, Py_ssize_t nargs) {
+    if (Q->table == NULL) {
+        PyErr_SetString(PyExc_ValueError, "cleared");
+        return NULL;
+    }
+    return QuickOps_route_split(Q, args, nargs);
+}
+
+static PyObject *QuickOps_route_join_checked(QuickOps *Q, PyObject *const *args, Py_ssize_t nargs) {
+    if (Q->table == NULL) {
+        PyErr_SetString(PyExc_ValueError, "cleared");
+        return NULL;
+    }
+    return QuickOps_route_join(Q, args, nargs);
+}
+
 static PyMethodDef QuickOps_methods[] = {
     {"split", (PyCFunction)(void (*)(void))QuickOps_split_checked, METH_FASTCALL,
      "split(dy, sizes, dim, out, stream): True launched (out None: the results), or False having done nothing."},
     {"join", (PyCFunction)(void (*)(void))QuickOps_join_checked, METH_FASTCALL,
      "join(xs, dim, out, stream): True launched (out None: the result), or False having done nothing."},
+    {"route_split", (PyCFunction)(void (*)(void))QuickOps_route_split_checked, METH_FASTCALL,
+     "route_split(dy, sizes, dim, out, stream): a split by its remembered route, as split answers."},
+    {"route_join", (PyCFunction)(void (*)(void))QuickOps_route_join_checked, METH_FASTCALL,
+     "route_join(xs, dim, out, stream): a concat by its remembered route, as join answers."},
+    {"bind_routes", (PyCFunction)QuickOps_bind_routes, METH_O,
+     "bind_routes(routes): op_routes' table of remembered routes."},
     {"bind_torch", (PyCFunction)QuickOps_bind_torch, METH_VARARGS,
      "bind_torch(tensor_class, dtypes, current_stream=None): recognise torch tensors (dtypes: torch "
      "dtype -> DType); with torch's raw current stream of a device index, make results without out."},
@@ -2078,7 +2357,10 @@ static int intern_all(void) {
         {&s_stream, "stream"}, {&s_shared_mem, "shared_mem"}, {&s_shape, "shape"},
         {&s_name, "name"}, {&s_ordinal, "ordinal"}, {&s_closed, "closed"},
         {&s_requires_grad, "requires_grad"}, {&s_itemsize, "itemsize"}, {&s_new_empty, "new_empty"},
-        {&s_empty, "empty"},
+        {&s_empty, "empty"}, {&s_stride, "stride"}, {&s_permute, "permute"},
+        {&s_first_output, "first_output"}, {&s_spans, "spans"}, {&s_launches, "launches"},
+        {&s_memory_shapes, "memory_shapes"}, {&s_inverse, "inverse"}, {&s_backward, "backward"},
+        {&s_forward, "forward"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         *names[i].slot = PyUnicode_InternFromString(names[i].text);

@@ -191,6 +191,14 @@ def _recognise(op: str, what: str, value: Any, stream: int) -> _Array:
     )  # fmt: skip
 
 
+def _is_sequence(value: Any) -> bool:
+    """Whether ``value`` is taken as a sequence of arrays (a list or tuple, or another
+    sequence that is not text)."""
+    if value.__class__ is list or value.__class__ is tuple:
+        return True
+    return value is not None and not isinstance(value, (str, bytes)) and isinstance(value, Sequence)
+
+
 def _row_pitch(shape: tuple[int, ...], strides: tuple[int, ...], axis: int) -> int | None:
     """The elements from one row to the next of an array whose dims from ``axis`` on are
     dense row-major and whose dims before it step as the rows of one row-major array of

@@ -122,8 +122,11 @@ def _join_call(
 
 def _quick_launch(call: _QuickCall, dtype: DType, aligns: int, handle: int) -> Callable[..., None]:
     """The launch function of ``call`` for the arrays' addresses modulo 16 (``aligns``, 4
-    bits each, the wide array's highest): its plan through :func:`_compiled`, prepared
-    on the stream."""
+    bits each, the wide array's highest): remembered in ``call.launches``, made at the
+    first call of those alignments from its plan (:func:`_compiled`), prepared on the stream."""
+    found = call.launches.get(aligns)
+    if found is not None:
+        return found
     record = call.record
     n = len(record.pieces)
     each = tuple((aligns >> 4 * (n - 1 - i)) & 15 for i in range(n))
@@ -192,10 +195,7 @@ def _backward_quick(dy: Any, sizes: Any, dim: Any, out: Any, handle: int) -> boo
         return False
     if not ordered and not _disjoint([(p, p + math.prod(s) * (mask + 1)) for p, s in zip(pieces, wants)]):
         return False
-    launch = call.launches.get(aligns)
-    if launch is None:
-        launch = _quick_launch(call, dtype, aligns, handle)
-    launch(ptr, *pieces)
+    _quick_launch(call, dtype, aligns, handle)(ptr, *pieces)
     return True
 
 
@@ -240,10 +240,7 @@ def _forward_quick(xs: Any, dim: Any, out: Any, handle: int) -> bool:
     call = _join_call(shapes, dim, dtype, ordinal, handle)
     if shape != call.shapes[0]:
         return False
-    launch = call.launches.get(aligns)
-    if launch is None:
-        launch = _quick_launch(call, dtype, aligns, handle)
-    launch(ptr, *pieces)
+    _quick_launch(call, dtype, aligns, handle)(ptr, *pieces)
     return True
 
 
@@ -267,10 +264,7 @@ def _backward_fresh(dy: Any, sizes: Any, dim: Any, handle: int) -> list[Any] | N
     aligns = ptr & 15
     for p in pieces:
         aligns = aligns << 4 | (p & 15)
-    launch = call.launches.get(aligns)
-    if launch is None:
-        launch = _quick_launch(call, dtype, aligns, handle)
-    launch(ptr, *pieces)
+    _quick_launch(call, dtype, aligns, handle)(ptr, *pieces)
     return results
 
 
@@ -303,8 +297,5 @@ def _forward_fresh(xs: Any, dim: Any, handle: int) -> Any:
     call = _join_call(shapes, dim, dtype, ordinal, handle)
     made, wide = new_outputs(xs[0], call.device, handle, call.shapes, dtype)
     aligns |= (wide[0] & 15) << 4 * len(pieces)
-    launch = call.launches.get(aligns)
-    if launch is None:
-        launch = _quick_launch(call, dtype, aligns, handle)
-    launch(wide[0], *pieces)
+    _quick_launch(call, dtype, aligns, handle)(wide[0], *pieces)
     return made[0]

@@ -30,15 +30,18 @@ from .op_arrays import (
     _as_strided,
     _check_out,
     _common_order,
+    _is_sequence,
     _keeps_order,
     _recognise,
     _wide_pitch,
 )
 from .op_plans import _exact_ints, _join_shape, _split_shape
 from .strided_ops import Strided, check_own_memory, row_major_strides, span
-from .strides import permuted
+from .strides import inverse, permuted
 
-__all__ = ["Route", "clear_routes", "join_route", "remembered", "route_key", "split_route"]
+__all__ = [
+    "Route", "clear_routes", "join_route", "remembered", "remembered_routes", "route_key", "split_route",
+]  # fmt: skip
 
 
 class Route:
@@ -47,11 +50,12 @@ class Route:
     arrays listed as the op names them: inputs first, outputs from ``first_output``.
     ``strided``: the strided copy runs ``problem``; else the fused kernels run the
     row-major problem of ``rows`` rows of pieces ``extents`` elements wide, the wide
-    array's row pitch ``pitch`` (0: packed)."""
+    array's row pitch ``pitch`` (0: packed). ``launches`` holds the launch functions the
+    calls of this kind ran, for the C path to run the next the same way."""
 
     __slots__ = (
-        "dtype", "extents", "first_output", "op", "order", "out_shapes", "pitch", "problem", "rows",
-        "spans", "strided",
+        "dtype", "extents", "first_output", "inverse", "launches", "memory_shapes", "op", "order",
+        "out_shapes", "pitch", "problem", "rows", "spans", "strided",
     )  # fmt: skip
 
     def __init__(
@@ -72,6 +76,12 @@ class Route:
         self.spans, self.first_output = spans, first_output
         self.strided, self.problem = problem is not None, problem
         self.order, self.rows, self.extents, self.pitch = order, rows, extents, pitch
+        # Results made in memory order, then seen in the input's dims (channels_last, say)
+        self.memory_shapes = out_shapes if order is None else tuple(permuted(s, order) for s in out_shapes)
+        self.inverse = None if order is None else inverse(order)
+        # (device ordinal, stream handle, addresses modulo 16) -> (device, launch function),
+        # registered by the ops' second step for the C path (runtime._fastlaunch.QuickOps)
+        self.launches: dict[tuple[int, int, int], tuple[Any, Any]] = {}
 
 
 # --- the remembered routes -------------------------------------------------------------
@@ -109,6 +119,11 @@ def clear_routes() -> None:
     _routes.clear()
 
 
+def remembered_routes() -> dict[tuple[Any, ...], Route]:
+    """The table itself, which the C path reads (it is cleared in place, never replaced)."""
+    return _routes
+
+
 def _offsets(view: Strided) -> tuple[int, int]:
     """The span of ``view``'s elements around its address: the offsets of its lowest
     byte and of its highest plus one."""
@@ -139,9 +154,7 @@ def split_route(
     dtype = src.dtype
     named = [("dy", src)]
     if out is not None:
-        if (out.__class__ is not list and out.__class__ is not tuple) and (
-            isinstance(out, (str, bytes)) or not isinstance(out, Sequence)
-        ):
+        if not _is_sequence(out):
             raise TypeError(f"{op}: out must be a list or tuple of arrays, not {type(out).__name__}")
         if len(out) != len(split.pieces):
             raise ValueError(

@@ -26,10 +26,18 @@ from typing import Any
 
 from . import launch as _launch
 from .arrays import torch_dtype_table
-from .op_arrays import _Array, _check_aligned, _device_for, _order_after_producers, _recognise, _torch_seen
+from .op_arrays import (
+    _Array,
+    _check_aligned,
+    _device_for,
+    _is_sequence,
+    _order_after_producers,
+    _recognise,
+    _torch_seen,
+)
 from .op_plans import _compiled, _compiled_strided, _join_shapes, _plans, _plans_lock, _split_shapes, plan_for
 from .op_quick import _backward_fresh, _backward_quick, _forward_fresh, _forward_quick, _quick_calls
-from .op_routes import Route, clear_routes, join_route, remembered, route_key, split_route
+from .op_routes import Route, clear_routes, join_route, remembered, remembered_routes, route_key, split_route
 from .outputs import new_outputs, torch_stream_reader
 from .stream import stream_handle
 from .strided_ops import check_disjoint
@@ -40,6 +48,9 @@ __all__ = ["channel_cat_backward", "channel_cat_forward", "clear_plans", "plan_f
 # for calls whose entries the quick path's table and its launch functions already hold;
 # None where the extension is not built.
 _quick_c = _launch.compiled_ops(_quick_calls)
+if _quick_c is not None:
+    _quick_c.bind_routes(remembered_routes())
+_LAUNCHES_KEPT = 64  # launch functions a route keeps for the C path; past this it starts over
 
 
 def _bind_torch(tensor: type) -> None:
@@ -62,14 +73,6 @@ def clear_plans() -> None:
         _join_shapes.clear()
         _quick_calls.clear()
         clear_routes()
-
-
-def _is_sequence(value: Any) -> bool:
-    """Whether ``value`` is taken as a sequence of arrays (a list or tuple, or another
-    sequence that is not text)."""
-    if value.__class__ is list or value.__class__ is tuple:
-        return True
-    return value is not None and not isinstance(value, (str, bytes)) and isinstance(value, Sequence)
 
 
 # --- the general path: a call's route, then its addresses ---------------------------------
@@ -106,7 +109,15 @@ def _launch_route(op: str, route: Route, named: list[tuple[str, _Array]], given:
         aligns = tuple([p & 15 for p in pieces])
         compiled = _compiled(device, route.op, route.dtype, route.rows, route.extents, wide & 15, aligns,
                              route.pitch)  # fmt: skip
-    compiled.launcher(handle)(wide, *pieces)
+    launch = compiled.launcher(handle)
+    launch(wide, *pieces)
+    if _quick_c is not None:  # for the C path's next call of this kind (QuickOps.route_split / route_join)
+        pattern = wide & 15
+        for p in pieces:
+            pattern = pattern << 4 | (p & 15)
+        if len(route.launches) >= _LAUNCHES_KEPT:
+            route.launches.clear()
+        route.launches[(device.ordinal, handle, pattern)] = (device, launch)
     return made, outputs
 
 
@@ -134,8 +145,10 @@ def channel_cat_backward(
     launches are queued on ``stream`` and not waited for.
     """
     op = "channel_cat_backward"
-    if _quick_c is not None:
-        done = _quick_c.split(dy, sizes, dim, out, stream)  # True, or without out the results
+    if _quick_c is not None:  # True, or without out the results; else False, nothing done
+        done = _quick_c.split(dy, sizes, dim, out, stream)
+        if done is False:
+            done = _quick_c.route_split(dy, sizes, dim, out, stream)
         if done is not False:
             return list(out) if out is not None else done
     handle = stream_handle(stream)
@@ -171,8 +184,10 @@ def channel_cat_forward(xs: Sequence[Any], dim: int = 1, *, out: Any = None, str
     valid; the launches are queued on ``stream``.
     """
     op = "channel_cat_forward"
-    if _quick_c is not None:
-        done = _quick_c.join(xs, dim, out, stream)  # True, or without out the result
+    if _quick_c is not None:  # True, or without out the result; else False, nothing done
+        done = _quick_c.join(xs, dim, out, stream)
+        if done is False:
+            done = _quick_c.route_join(xs, dim, out, stream)
         if done is not False:
             return out if out is not None else done
     handle = stream_handle(stream)

@@ -242,16 +242,19 @@ def main(argv: list[str] | None = None) -> int:
     if records.tree_hash() != tree:
         print("sanitize: the tree changed while the tools ran; not recording", file=sys.stderr)
         return 1
+    # The record's header and each tool's are this run's: which code it ran and how. A tool
+    # not in this run (a --tools subset) keeps the header of the run that made its entry.
+    header = records.header(records.command_line(argv), tree)
     bad = False
     for tool, result in results.items():
-        entry = {**records.header(records.command_line(argv), tree), **result}
+        entry = {**header, **result}
         entry["partial"] = bool(pytest_args) or result["exit_status"] == "timeout"
         entry["covers"] = COVERS[tool]
         record["tools"][tool] = entry
         bad |= bool(result["errors"]) or result["exit_status"] != 0
         print(f"{tool:<10} errors={result['errors']} tests={result['tests_passed']} "
               f"exit={result['exit_status']} {result['seconds']} s", flush=True)  # fmt: skip
-    record = {"tools": {t: record["tools"][t] for t in SELECTIONS if t in record["tools"]}}
+    record = {**header, "tools": {t: record["tools"][t] for t in SELECTIONS if t in record["tools"]}}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2) + "\n")
     return 1 if bad else 0

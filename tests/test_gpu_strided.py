@@ -197,6 +197,40 @@ def test_a_remembered_kind_of_call_checks_each_calls_addresses(dev, torch, items
     assert same(torch, y, kept)
 
 
+@pytest.mark.parametrize("itemsize", [2, 4])
+def test_a_remembered_kind_of_call_runs_from_c_without_python(dev, torch, monkeypatch, itemsize):
+    """Where the extension is built, a kind of call seen once (channels_last, stepped, a
+    pitched out=) runs from C the next time: the Python reader is made to fail. Results
+    keep the input's memory order; every element is right."""
+    from runtime import launch, ops
+
+    if launch.compiled_launch_available() or ops._quick_c is None:
+        pytest.skip(launch.compiled_launch_available() or "runtime._fastlaunch is not built")
+    cl = random_tensor(torch, (2, 24, 5, 7), itemsize).contiguous(memory_format=torch.channels_last)
+    dy = random_tensor(torch, (333, 2 * 19), itemsize)[:, ::2]
+    wide = torch.empty((333, 30), dtype=dy.dtype, device="cuda")
+    calls = [
+        lambda: runtime.channel_cat_backward(cl, (9, 15), 1),
+        lambda: runtime.channel_cat_backward(dy, (4, 15), 1),
+        lambda: runtime.channel_cat_forward(
+            [dy[:, :4].contiguous(), dy[:, 4:].contiguous()], 1, out=wide[:, 3:22]
+        ),
+    ]
+    for call in calls:
+        call()  # seen: the route made, its launch registered
+    torch.cuda.synchronize()
+    monkeypatch.setattr(ops, "_recognise", lambda *a: pytest.fail("the Python path was taken"))
+    parts = calls[0]()
+    assert all(p.is_contiguous(memory_format=torch.channels_last) for p in parts)
+    pieces = calls[1]()
+    wide.zero_()
+    calls[2]()
+    torch.cuda.synchronize()
+    assert all(same(torch, p, w) for p, w in zip(parts, torch.split(cl, (9, 15), 1)))
+    assert all(same(torch, p, w) for p, w in zip(pieces, torch.split(dy, (4, 15), 1)))
+    assert same(torch, wide[:, 3:22], dy) and not wide[:, :3].any() and not wide[:, 22:].any()
+
+
 def test_a_copy_past_2_to_the_31_elements_is_cut_into_launches(dev, torch):
     """2**31 + 4 one-byte elements of a transposed input: more than one launch indexes."""
     from ptxgen.kernels.plan_strided import StridedProblem, make_strided_plan

@@ -117,6 +117,27 @@ def test_channels_last_and_permuted_arrays_on_device_1(two, torch, rng):
     assert torch.equal(outs[1].view(torch.int32), t[:, 32:].view(torch.int32))
 
 
+def test_stepped_and_channels_last_calls_repeated_on_device_1(two, torch, rng):
+    """The same kinds of call three times on device 1 while torch is on device 0: the
+    first takes the Python path, the later ones (where the extension is built) the C
+    path of the remembered route, whose launches are kept per device."""
+    torch.cuda.set_device(0)
+    for trial in range(3):
+        bits = random_bits(rng, (300, 2 * 40), "bf16")
+        dy = torch.from_numpy(bits).to("cuda:1").view(torch.bfloat16)[:, ::2]  # every other column
+        pieces = runtime.channel_cat_backward(dy, [7, 33], 1)
+        cl = torch.from_numpy(random_bits(rng, (2, 40, 6, 6), "bf16")).to("cuda:1").view(torch.bfloat16)
+        cl = cl.contiguous(memory_format=torch.channels_last)
+        parts = runtime.channel_cat_backward(cl, [7, 33], 1)
+        y = runtime.channel_cat_forward(parts, 1)
+        assert all(p.device == dy.device for p in (*pieces, *parts, y)), trial
+        torch.cuda.synchronize(1)
+        for p, q in zip(pieces, dy.split([7, 33], 1)):
+            assert torch.equal(p.view(torch.int16), q.view(torch.int16)), trial
+        assert y.is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(y.view(torch.int16), cl.view(torch.int16)), trial
+
+
 def test_a_graph_captured_on_device_1_replays_on_new_data(two, rng):
     d0, d1 = two
     s = runtime.Stream(d1)

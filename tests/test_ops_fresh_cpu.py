@@ -46,24 +46,34 @@ class _Device(EmulatedDevice):
         return _device_array(self, shape, getattr(dtype, "name", dtype))
 
 
-@pytest.fixture
-def fresh_c(monkeypatch, fresh_plans):
-    """The C quick path over the emulated device, bound to ``_Tensor`` and to a current
-    stream the test sets (``device.current``, 0 at first)."""
+def emulated_c_path(monkeypatch, device, tensor, current_stream):
+    """Puts the C quick path (a QuickOps of its own) over the emulated ``device``, with
+    ``tensor`` standing for torch.Tensor and torch's current stream read from
+    ``current_stream``, the compiled launch path on. Returns it and the launch path's old
+    setting, for the caller to restore."""
     if launch.compiled_launch_available():
         pytest.skip(launch.compiled_launch_available())
     monkeypatch.setattr(plan, "VARIANTS", [plan.SEED])
-    device = _Device()
-    device.closed, device.current = False, 0
+    device.closed = False
     monkeypatch.setattr(ops, "_device_for", lambda op, named: device)
     monkeypatch.setattr(op_quick, "device_of", lambda ordinal: device)
-    tensor_class = [_Tensor]
+    tensor_class = [tensor]
     monkeypatch.setattr(op_arrays, "_tensor_class", tensor_class)
     monkeypatch.setattr(op_quick, "_tensor_class", tensor_class)
     old = launch.use_compiled_launch(True)
     quick = launch.compiled_ops(op_quick._quick_calls)
-    quick.bind_torch(_Tensor, torch_dtype_table(), lambda index: device.current)
+    quick.bind_torch(tensor, torch_dtype_table(), current_stream)
     monkeypatch.setattr(ops, "_quick_c", quick)
+    return quick, old
+
+
+@pytest.fixture
+def fresh_c(monkeypatch, fresh_plans):
+    """The C quick path over the emulated device, bound to ``_Tensor`` and to a current
+    stream the test sets (``device.current``, 0 at first)."""
+    device = _Device()
+    device.current = 0
+    _, old = emulated_c_path(monkeypatch, device, _Tensor, lambda index: device.current)
     _Tensor.failing = False
     yield device
     launch.use_compiled_launch(old)

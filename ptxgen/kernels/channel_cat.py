@@ -223,10 +223,7 @@ class _ChannelCat(KernelBase):
         for (name, what), t in zip(self._args, self.arg_types):
             entry.param(name, t.ptx_type, comment=f"{t}: {what}")
         entry.directive(".reqntid", bs, 1, 1)
-        regs = {p.name: entry.reg(p.name, p.type) for p in entry.params}  # type: ignore[union-attr]
-        entry.banner("read the launch arguments")
-        for p in entry.params:
-            entry.inst(f"ld.param.{p.type}", regs[p.name], Addr(p))  # type: ignore[union-attr]
+        regs = entry.load_params()
         if self.inline:
             self._emit_copy(entry, regs, src, dst)
         else:

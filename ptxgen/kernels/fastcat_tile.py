@@ -52,6 +52,10 @@ _GRANULES = (16, 8, 4, 2, 1)
 _BLOCKS = (64, 128, 256, 512, 1024)
 _UNROLLS = (1, 2, 4, 8)
 _SHARED_LIMIT = 48 * 1024  # static shared memory a kernel may declare
+# Word windows (a byte-granule gather, see TileGatherScatter._word_gather) read aligned
+# words up to 16 bytes before and 19 after the tile's bytes: the tile sits 16 bytes into
+# an array padded on both sides, so those reads stay inside it.
+_WINDOW_LEAD, _WINDOW_PAD = 16, 48
 _U64, _U32 = Scalar("u64"), Scalar("u32")
 _BYTES_IN, _BYTES_OUT = Pointer("u8", writes=False), Pointer("u8")
 
@@ -60,6 +64,12 @@ def _pick(value: object, what: str, allowed: tuple[int, ...]) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value not in allowed:
         raise ValueError(f"{what} = {value!r} is not accepted; accepted: {', '.join(map(str, allowed))}")
     return value
+
+
+def _word_windows(direction: str, granule: int, wide_chunks: bool, loader: str) -> bool:
+    """Whether the gather reads a vector as two windows of aligned words (backward, byte
+    granule, every chunk at least 16 bytes wide, one stage loaded through registers)."""
+    return direction == "backward" and granule == 1 and wide_chunks and loader == "regs"
 
 
 # The phases live in mixins: the row side in TileRows (tile_rows.py), the chunk side in
@@ -148,7 +158,9 @@ class FastcatTile(TileRows, TileGatherScatter, KernelBase):
         tile_bytes = 16 * unroll * block
         stages = 2 if (direction == "backward" and loader != "regs") else 1
         staging = tile_bytes + 32 * chunks if (direction == "forward" and loader == "cp.async") else 0
-        shared = tile_bytes * stages + staging + _TABLE_ENTRY * chunks + (16 if loader == "bulk" else 0)
+        windows = _WINDOW_PAD if _word_windows(direction, granule, wide_chunks, loader) else 0
+        shared = tile_bytes * stages + windows + staging + _TABLE_ENTRY * chunks
+        shared += 16 if loader == "bulk" else 0
         if shared > _SHARED_LIMIT:
             raise ValueError(
                 f"{shared} bytes of static shared memory; at most {_SHARED_LIMIT} (16*unroll*block per "
@@ -165,8 +177,10 @@ class FastcatTile(TileRows, TileGatherScatter, KernelBase):
         self.tile_bytes = 16 * self.unroll * self.block_size
         self.stages = 2 if (self.direction == "backward" and self.loader != "regs") else 1
         staging = self.tile_bytes + 32 * self.chunks if self._fwd_async else 0
+        self.word_windows = _word_windows(self.direction, self.granule, self.wide_chunks, self.loader)
         self.shared_bytes = (
             self.tile_bytes * self.stages
+            + (_WINDOW_PAD if self.word_windows else 0)
             + staging
             + (16 if self.loader == "bulk" else 0)
             + _TABLE_ENTRY * self.chunks
@@ -316,7 +330,8 @@ class FastcatTile(TileRows, TileGatherScatter, KernelBase):
         fn.directive(".minnctapersm", max(1, min(1024 // B, 16 // self.unroll) // fwd))
         if self.dependent_launch:
             emit_dependent_launch(fn)
-        self.smem = fn.shared("tile_smem", T * self.stages, align=16)
+        pad = _WINDOW_PAD if self.word_windows else 0
+        self.smem = fn.shared("tile_smem", T * self.stages + pad, align=16)
         self.staging_arr = fn.shared("tile_staging", staging, align=16) if staging else None
         self.mbar_arr = fn.shared("tile_mbar", 16, align=8) if self.loader == "bulk" else None
         self.table_arr = fn.shared("tile_chunks", _TABLE_ENTRY * self.chunks, align=16)
@@ -352,6 +367,8 @@ class FastcatTile(TileRows, TileGatherScatter, KernelBase):
         e("mov.u32", "tile", SPECIAL_REGS["ctaid.x"], why="tiles are handed out grid-stride")
         e("mov.u32", "grid", SPECIAL_REGS["nctaid.x"])
         e("mov.u32", "smem", self.smem, why="shared address of stage 0")
+        if self.word_windows:
+            e("add.u32", "smem", "smem", _WINDOW_LEAD, why="past the lead of the word windows' padding")
         e.reg("u32", "ctab", "warp")
         e.reg("pred", "lane0")
         e("mov.u32", "ctab", self.table_arr, why="the chunk table: where each chunk's bytes of the tile are")

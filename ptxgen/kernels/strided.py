@@ -193,10 +193,7 @@ class StridedCopy(KernelBase):
         for name, t in zip(self.arg_names, self.arg_types):
             fn.param(name, t.ptx_type, comment=f"{t}: {what[name] if name in what else _describe(name)}")
         fn.directive(".reqntid", block, 1, 1)
-        p = {q.name: fn.reg(q.name, q.type) for q in fn.params}  # type: ignore[union-attr]
-        fn.banner("read the launch arguments")
-        for q in fn.params:
-            fn.inst(f"ld.param.{q.type}", p[q.name], Addr(q))  # type: ignore[union-attr]
+        p = fn.load_params()
         for k in range(1, rank):  # coordinate = rest - quotient * extent, as one multiply-add
             neg = fn.reg(f"minus_extent{k}", "u32")
             fn.inst("sub.u32", neg, 0, p[f"extent{k}"], comment=f"-extent{k}: c{k} = rest + q * -extent{k}")

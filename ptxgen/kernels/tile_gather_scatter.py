@@ -24,6 +24,7 @@ class TileGatherScatter(TileChunks):
     """
 
     unroll: int
+    word_windows: bool
 
     def _gather_chunks(self, stage: str) -> None:
         """Backward: write every chunk's bytes of this tile, 16-byte stores."""
@@ -62,14 +63,57 @@ class TileGatherScatter(TileChunks):
             e("add.u32", "c_base", "c_base", "c_nvec")
 
     def _gather_vector(self, out: list[str]) -> None:
-        """A chunk vector from the tile, granule by granule, carrying into the next row's
-        piece. (Realigning whole words with funnel shifts where the vector lies in one
-        row's piece measured slower twice: lab/kernels-history.md, lab/README.md.)"""
+        """A chunk vector from the tile: at a byte granule with every chunk at least 16
+        bytes wide, as two windows of words (:meth:`_word_gather`); otherwise granule by
+        granule, carrying into the next row's piece."""
         e, g = self.e, self.granule
         if g == 16:
             self._granule_walk("s", "rem", lambda m, addr: e("ld.shared.v4.u32", out, addr))
             return
+        if self.word_windows:
+            self._word_gather(out)
+            return
         self._gather_granules(out)
+
+    def _word_gather(self, out: list[str]) -> None:
+        """A byte-granule chunk vector whose bytes lie in at most two rows' pieces (every
+        chunk at least 16 bytes wide): its first ``left = c_w - rem`` bytes start at %s,
+        the rest at ``%s + c_jump + left``. Each piece is read as a window of 16 bytes,
+        five aligned words put in place by four funnel shifts, and the two windows are
+        merged word by word under a mask of the second piece's bytes. Every thread runs
+        the same code, one piece or two (a one-piece vector reads its window twice), so
+        no warp runs two paths. That is 10 shared loads a vector where the byte walk made
+        16, each conflicted alike (lanes 16 bytes apart), and about half its instructions
+        (lab/README.md). The windows read up to 16 bytes before and 19 after the bytes of
+        the tile, inside the padding ``FastcatTile`` gives the tile's array."""
+        e = self.e
+        second = e.data("wb", 16)
+        e.reg("u32", "left", "wb_base", "w_at", "w_sh", "w_bits", "w_mask", "w_diff")
+        e.reg("b32", *[f"w{i}" for i in range(5)])
+        e.reg("pred", "two_pieces")
+        e("sub.u32", "left", "c_w", "rem", why="bytes of this row's piece from the vector's first on")
+        e("setp.lt.u32", "two_pieces", "left", 16)
+        e("add.u32", "wb_base", "s", "c_jump", why="where byte 0 would be in the next row's piece")
+        e("selp.u32", "wb_base", "wb_base", "s", "two_pieces", why="one piece: read the first window again")
+        for base, regs in (("s", out), ("wb_base", second)):
+            e("and.b32", "w_at", base, -4, why="the aligned word holding the window's byte 0")
+            e("and.b32", "w_sh", base, 3)
+            e("shl.b32", "w_sh", "w_sh", 3, why="... and that byte's bit in it")
+            for i in range(5):
+                e("ld.shared.u32", f"w{i}", e.at("w_at", 4 * i))
+            for j in range(4):
+                why = "window word j" if j == 0 else ""
+                e("shf.r.clamp.b32", regs[j], f"w{j}", f"w{j + 1}", "w_sh", why=why)
+        e("shl.b32", "w_bits", "left", 3, why="bits of word 0 from the first piece")
+        for j in range(4):
+            if j:
+                why = "bits of word j from the first piece" if j == 1 else ""
+                e("max.u32", "w_bits", "w_bits", 32, why=why)
+                e("sub.u32", "w_bits", "w_bits", 32)
+            e("shl.b32", "w_mask", -1, "w_bits", why="the second piece's bytes (none past 32 bits)")
+            e("xor.b32", "w_diff", out[j], second[j])
+            e("and.b32", "w_diff", "w_diff", "w_mask")
+            e("xor.b32", out[j], out[j], "w_diff", why="first piece's bytes, then the second's")
 
     def _gather_granules(self, out: list[str]) -> None:
         """A chunk vector granule by granule, carrying into the next row's piece."""

@@ -43,7 +43,7 @@ CASES = [
     ("concat", "f32", 94709, (20, 233, 90, 50)),
 ]
 # (name, changes to the tile spec, grid: None = one CTA a tile, else CTAs per SM)
-VARIANTS: list[tuple[str, dict[str, Any], int | None]] = [
+VARIANTS: list[tuple[str, Any, int | None]] = [
     ("planned", {}, None),
     ("u2", {"unroll": 2}, None),
     ("u1", {"unroll": 1}, None),
@@ -57,6 +57,15 @@ BACKWARD_ONLY = [("bulk_persist4", {"loader": "bulk"}, 4), ("bulk_persist2_u4", 
 # The byte walk the word windows replaced (byte granules, wide chunks): the shipped
 # kernel with its word windows turned off (``byte_walk_tile``).
 BACKWARD_ONLY += [("bytes", {}, None)]
+
+
+def _group_flag(spec: dict[str, Any]) -> dict[str, Any]:
+    """``wide_chunks`` one flag for the whole group, as before it was a flag a chunk."""
+    wide = spec["wide_chunks"]
+    return {"wide_chunks": all(wide) if isinstance(wide, tuple) else wide}
+
+
+VARIANTS += [("group_flag", _group_flag, None)]
 FORWARD_ONLY = [("regs", {"loader": "regs"}, None), ("regs_u2", {"loader": "regs", "unroll": 2}, None)]
 
 
@@ -66,7 +75,7 @@ def patched_choose(original: Any, change: dict[str, Any], per_sm: int | None, sm
         for launch in original(*args, **kwargs):
             if launch.family == "tile":
                 spec = dict(launch.spec)
-                spec.update(change)
+                spec.update(change(spec) if callable(change) else change)
                 planned = dict(launch.spec)
                 tile_bytes = 16 * planned["unroll"] * planned["block"]
                 tiles = launch.grid * tile_bytes // (16 * spec["unroll"] * spec["block"])

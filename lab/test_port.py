@@ -24,6 +24,7 @@ from fastcat_flat_copy import FastcatFlatCopy
 
 from ptxgen import toolchain
 from ptxgen.kernels import FastcatTile, FastcatVec
+from ptxgen.kernels.tile_chunks import _TABLE_ENTRY
 
 TARGETS = ("sm_75", "sm_80", "sm_90")
 # What the prototype's vec takes that ptxgen's no longer does, at the values ptxgen's has.
@@ -139,10 +140,11 @@ def test_the_tile_kernel_keeps_the_prototypes_attributes():
         both += 1
         names = (old.name, old.id, old.arg_names, old.arg_types)
         assert (new.name, new.id, new.arg_names, new.arg_types) == names
-        # This tree's kernel adds a shared chunk table (64 bytes a chunk), and says
-        # whether it was built for wide chunks; the rest is the prototype's.
+        # This tree's kernel adds a shared chunk table (_TABLE_ENTRY bytes a chunk), and
+        # says whether it was built for wide chunks; the rest is the prototype's (at a
+        # 4-byte granule: no word windows, so no padding after the tile).
         info = {k: v for k, v in new.info.items() if k != "wide_chunks"}
-        table = 64 * kw["chunks"]
+        table = _TABLE_ENTRY * kw["chunks"]
         assert (new.block_size, new.shared_bytes, info, new.ptx_version, new.block) == (
             old.block_size, old.shared_bytes + table, old.info, old.ptx_version, old.block)  # fmt: skip
     assert both > 100

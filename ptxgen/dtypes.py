@@ -15,13 +15,18 @@ numpy scalar types or torch dtypes, and they are recognised by their names.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["DTYPES", "DType", "resolve_dtype"]
 
 
-@dataclass(frozen=True)
+# eq=False: the table's DTypes are the only ones, so equality is identity and hashing
+# is the interpreter's own. The generated __hash__ hashed every field in Python, about a
+# microsecond for each array an op's call is keyed by (runtime/op_routes.py).
+@dataclass(frozen=True, eq=False)
 class DType:
-    """One element type: its canonical name and how PTX moves it."""
+    """One element type: its canonical name and how PTX moves it. One object a type:
+    compared and hashed by identity, and copied or unpickled as the table's own."""
 
     name: str  # canonical, e.g. "bf16"; also what the seed's Rust `Args` spell
     itemsize: int  # bytes per element
@@ -34,6 +39,9 @@ class DType:
 
     def __str__(self) -> str:
         return self.name
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return resolve_dtype, (self.name,)
 
 
 # DLPack type codes (dlpack.h, v1.1): kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4,

@@ -148,6 +148,12 @@ def _split_args(text: str) -> list[str]:
     return out
 
 
+# Bytes left unmapped after every shared array: an access that runs a little past an
+# array's end (or before the next one's start) falls there and is out of bounds, where it
+# would otherwise land, unnoticed, in the neighbouring array.
+_RED_ZONE = 64
+
+
 class _Program:
     def __init__(self, source: str, entry: str) -> None:
         m = re.search(rf"\.entry\s+{re.escape(entry)}\s*\((.*?)\)", source, re.S)
@@ -163,7 +169,7 @@ class _Program:
             elem = 8 if ".b64 " + name in body else 1
             offset = (offset + int(align) - 1) // int(align) * int(align)
             self.shared[name] = (offset, int(size) * elem)
-            offset += int(size) * elem
+            offset += int(size) * elem + _RED_ZONE
         self.shared_size = offset
         self.insts: list[_Inst] = []
         self.labels: dict[str, int] = {}
@@ -247,10 +253,18 @@ class _Thread:
         return [r.strip() for r in tok[1:-1].split(",")] if tok.startswith("{") else [tok]
 
     # memory -----------------------------------------------------------------------
+    def _check_shared(self, what: str, addr: int, n: int) -> None:
+        """A shared access lies inside one declared array: one that strays past it, into
+        the red zone after it (:data:`_RED_ZONE`) or the reserved window, is out of
+        bounds."""
+        for start, size in self.p.shared.values():
+            if start <= addr and addr + n <= start + size:
+                return
+        raise OutOfBounds(f"shared {what} of {n} at {addr} is outside every shared array")
+
     def load(self, space: str, addr: int, n: int) -> bytes:
         if space == "shared":
-            if addr < 0 or addr + n > len(self.smem):
-                raise OutOfBounds(f"shared load of {n} at {addr}")
+            self._check_shared("load", addr, n)
             if addr % n and n <= 16:
                 raise RuntimeError(f"misaligned shared load of {n} at {addr}")
             return bytes(self.smem[addr : addr + n])
@@ -265,8 +279,7 @@ class _Thread:
         if addr % n and n <= 16:
             raise RuntimeError(f"misaligned {space} store of {n} at {addr:#x}")
         if space == "shared":
-            if addr < 0 or addr + n > len(self.smem):
-                raise OutOfBounds(f"shared store of {n} at {addr}")
+            self._check_shared("store", addr, n)
             self.smem[addr : addr + n] = raw
         else:
             if not self.waited:

@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 from types import SimpleNamespace
 
 import pytest
 
 import ptxgen
 import runtime
+from ptxgen.dtypes import DTYPES, resolve_dtype
 
 np = pytest.importorskip("numpy")
 
@@ -82,3 +85,13 @@ def test_torch_dtypes_resolve_by_name(name, canonical):
 def test_torch_dtypes_without_kernels_are_refused():
     with pytest.raises(ValueError, match=r"unknown dtype 'torch\.complex64'"):
         ptxgen.resolve_dtype(TorchLikeDtype("complex64"))
+
+
+def test_each_dtype_is_one_object_through_copies_and_pickles():
+    """Equality and hashing are by identity (the ops key their calls by dtype), so a copy
+    or an unpickled DType must be the table's own object."""
+    for dtype in DTYPES.values():
+        for again in (copy.copy(dtype), copy.deepcopy(dtype), pickle.loads(pickle.dumps(dtype))):
+            assert again is dtype
+        assert resolve_dtype(dtype.name) is dtype and hash(dtype) == object.__hash__(dtype)
+    assert DTYPES["f16"] != DTYPES["bf16"] and len(set(DTYPES.values())) == len(DTYPES)

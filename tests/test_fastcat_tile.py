@@ -50,6 +50,9 @@ def _configs() -> list[dict]:
         for direction, loader in (("backward", "regs"), ("forward", "cp.async"), ("forward", "regs")):
             out.append(dict(direction=direction, chunks=3, granule=g, whole_rows=True, unroll=4, block=256,
                             loader=loader, wide_chunks=True, target="sm_90"))  # fmt: skip
+            # ... and beside a chunk that keeps the carried walk
+            out.append(dict(direction=direction, chunks=3, granule=g, whole_rows=True, unroll=4, block=256,
+                            loader=loader, wide_chunks=(True, False, True), target="sm_90"))  # fmt: skip
     # chunk counts, unrolls and blocks the planner uses
     for chunks, unroll, block in ((1, 1, 128), (3, 4, 256), (32, 8, 64), (5, 8, 128)):
         for direction, loader in (("backward", "regs"), ("forward", "cp.async"), ("backward", "bulk"),
@@ -135,7 +138,7 @@ def test_constructed_once_per_arguments():
         ),
         (
             dict(direction="backward", chunks=1, granule=4, unroll=8, block=1024),
-            "131136 bytes of static shared memory; at most 49152",
+            "131152 bytes of static shared memory; at most 49152",
         ),
         (
             dict(direction="backward", chunks=1, granule=4, unroll=3),
@@ -202,12 +205,40 @@ def _random_wide_cases(count: int, seed: int) -> list[tuple]:
 SIM_CASES += _random_wide_cases(8, 20261202)
 
 
+def _random_mixed_cases(count: int, seed: int) -> list[tuple]:
+    """Whole-row groups of 3-5 chunks, some 16-60 bytes wide and some 1-15: each chunk's
+    code takes its own walk (``wide_chunks`` a flag a chunk)."""
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(count):
+        n = rng.randint(3, 5)
+        narrow = set(rng.sample(range(n), rng.randint(1, n - 1)))
+        widths = tuple(rng.randint(1, 15) if k in narrow else rng.randint(16, 60) for k in range(n))
+        cases.append((rng.randint(5, 30), widths, (0, n - 1), rng.randrange(16),
+                      tuple(rng.randrange(16) for _ in widths)))  # fmt: skip
+    return cases
+
+
+SIM_CASES += [(21, (40, 7, 33), (0, 2), 5, (3, 1, 6)), (15, (3, 64, 20, 1), (1, 3), 9, (0, 5, 2, 7))]
+# chunks exactly 16 wide; one wide chunk filling the row (c_jump 0); a narrow chunk between
+# two of 16 bytes; a 16-byte chunk of a partial row
+SIM_CASES += [(40, (16, 16, 16), (0, 2), 1, (1, 2, 3)), (50, (37,), (0, 0), 3, (5,)),
+              (30, (16, 5, 16), (0, 2), 2, (3, 1, 7)), (45, (3, 16, 9), (1, 1), 1, (0, 5, 0))]  # fmt: skip
+# one chunk that is the row, at the row's alignment: its vectors are the tile's, so one
+# ends at the tile's last byte with its first word-aligned, and its window's fifth word
+# lies past the tile (the padding of the word windows)
+SIM_CASES += [(70, (37,), (0, 0), 5, (5,))]
+SIM_CASES += _random_mixed_cases(6, 20261203)
+
+
 def _sim_jobs():
     for case in SIM_CASES:
         _, widths, (first, last), _, _ = case
         whole = first == 0 and last == len(widths) - 1
-        # Groups whose every chunk is 16 bytes or wider run both walks (wide_chunks).
-        walks = (False, True) if min(widths[first : last + 1]) >= 16 else (False,)
+        # Groups with chunks 16 bytes or wider run both walks there (wide_chunks, a flag a
+        # chunk where only some are).
+        flags = tuple(w >= 16 for w in widths[first : last + 1])
+        walks = (False, flags[0] if all(flags) else flags) if any(flags) else (False,)
         for direction in ("backward", "forward"):
             loaders = ["regs"] + (["cp.async"] if direction == "forward" else [])
             loaders += ["bulk"] if direction == "backward" and whole else []
@@ -301,6 +332,20 @@ def test_footprints_refuse_layouts_the_kernel_cannot_do():
         wide.footprints((1, 1, 1), wide.block, good)
     assert [f.nbytes for f in wide.footprints((1, 1, 1), wide.block, good | {"chunk0_width": 16,
             "chunk1_off": 16, "row_pitch": 32, "row_bytes": 320})] == [320, 160, 160]  # fmt: skip
+    # A flag a chunk: only the flagged one must be 16 bytes or wider.
+    some = FastcatTile(direction="forward", chunks=2, granule=4, whole_rows=True, unroll=1, block=64,
+                       wide_chunks=(False, True))  # fmt: skip
+    assert [f.nbytes for f in some.footprints((1, 1, 1), some.block, good)] == [240, 80, 160]
+    with pytest.raises(FootprintError, match=r"chunk1_width = 12; built with wide_chunks for chunk 1"):
+        some.footprints(
+            (1, 1, 1), some.block, good | {"chunk0_width": 12, "chunk1_off": 12, "chunk1_width": 12}
+        )
+    same = FastcatTile(direction="forward", chunks=2, granule=4, unroll=1, block=64, wide_chunks=(True, True))
+    assert same.id == wide.id  # equal flags are the one-value kernel
+    assert some.id.endswith("__regs__w01__sm_90")
+    for bad in ((True,), (True, 1), [True, False], "yes"):
+        with pytest.raises(TypeError, match="wide_chunks must be True, False or a tuple of 2 bools"):
+            FastcatTile(direction="forward", chunks=2, granule=4, wide_chunks=bad)
     assert (
         not k.safe_for(16, [0, 2], [0, 8])
         and not k.safe_for(1, [0, 0], [0, 8])

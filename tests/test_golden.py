@@ -74,6 +74,18 @@ FASTCAT_CASES = [
         ptxgen.kernels.FastcatTile,
         dict(direction="backward", chunks=2, granule=1, unroll=1, block=64, wide_chunks=True, target="sm_90"),
     ),
+    (  # a narrow chunk between two wide ones: each chunk's code takes its own walk
+        ptxgen.kernels.FastcatTile,
+        dict(
+            direction="backward",
+            chunks=3,
+            granule=1,
+            unroll=1,
+            block=64,
+            wide_chunks=(True, False, True),
+            target="sm_90",
+        ),
+    ),
     # the strided copy: 2-byte elements over 3 dims, and 16-byte ones with 64-bit strides
     (ptxgen.kernels.StridedCopy, dict(width=2, rank=3, target="sm_90")),
     (ptxgen.kernels.StridedCopy, dict(width=16, rank=2, wide_strides=True, target="sm_80")),

@@ -766,6 +766,31 @@ def test_the_quick_path_takes_torch_tensors_and_device_arrays_together(mixed, mo
     assert np.array_equal(mixed.read(y._array, np.float32), data)
 
 
+def test_a_first_torch_call_fills_the_quick_table(emulated, monkeypatch, launch_path):
+    """torch is bound by the first call that sees a tensor. Where only the general path
+    bound it, that call left a route but no quick-table entry, the C lane's route took
+    every later call, and the quick lane never saw one (bench_launch's torch op: 1.98x
+    the bare launch where 1.48x had been)."""
+    emulated.closed = False
+    monkeypatch.setattr(op_quick, "device_of", lambda ordinal: emulated)
+    tensor_class = [None]  # torch not seen yet
+    monkeypatch.setattr(op_arrays, "_tensor_class", tensor_class)
+    monkeypatch.setattr(op_quick, "_tensor_class", tensor_class)
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(Tensor=_FakeTensor))
+    if launch_path == "compiled":  # unbound: the first call binds it, as ops' own
+        monkeypatch.setattr(ops, "_quick_c", launch.compiled_ops(op_quick._quick_calls))
+    data = np.arange(4 * 10, dtype=np.float32).reshape(4, 10)
+    dy = _FakeTensor(emulated, (4, 10), "f32", data)
+    out = [_FakeTensor(emulated, (4, 3), "f32"), _FakeTensor(emulated, (4, 7), "f32")]
+    runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
+    assert tensor_class == [_FakeTensor] and len(op_quick._quick_calls) == 1
+    monkeypatch.setattr(ops, "_recognise", lambda *a: pytest.fail("the general path was taken"))
+    if launch_path == "compiled":
+        assert ops._quick_c.split(dy, [3, 7], 1, out, None) is True
+    runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
+    assert np.array_equal(emulated.read(out[1]._array, np.float32), data[:, 3:])
+
+
 def test_the_quick_path_refuses_closed_empty_and_overlapping_arrays_beside_tensors(mixed):
     """A closed or empty DeviceArray has no launch key, like a torch tensor: it must not
     pass for one of the right dtype and device (a closed one's address is 0)."""

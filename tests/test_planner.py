@@ -262,7 +262,7 @@ def _options(kernel) -> Iterator[tuple[str, str, object]]:
         yield family, "granule", kernel.granule
         yield family, "whole_rows", kernel.whole_rows
         yield family, "loader", (kernel.direction, kernel.loader)
-        yield family, "wide_chunks", kernel.wide_chunks
+        yield family, "wide_chunks", "all" if all(kernel.wide) else "some" if any(kernel.wide) else "none"
     if family == "rowpack":
         yield family, "staged", kernel.staged
         yield family, "outputs", "all" if kernel.outputs == tuple(range(len(kernel.widths))) else "some"
@@ -292,8 +292,9 @@ def _universe() -> set[tuple[str, str, object]]:
                         for k in (1, 3):
                             add(FastcatTile, direction=d, chunks=k, granule=g, whole_rows=whole,
                                 loader=loader, dependent_launch=pdl)  # fmt: skip
-                    add(FastcatTile, direction=d, chunks=2, granule=1, whole_rows=whole, loader=loader,
-                        wide_chunks=True, dependent_launch=pdl)  # fmt: skip
+                    for wide in (True, (True, False)):
+                        add(FastcatTile, direction=d, chunks=2, granule=1, whole_rows=whole, loader=loader,
+                            wide_chunks=wide, dependent_launch=pdl)  # fmt: skip
             for staged in (False, True):
                 add(FastcatRowpack, direction=d, widths=(1, 3), staged=staged, dependent_launch=pdl)
                 if d == "backward":

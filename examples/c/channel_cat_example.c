@@ -614,7 +614,9 @@ release:
 /* --- op bundles (format_version 2): whole ops from their plans -------------------- */
 
 /* An op's arrays: 0 is the wide one, 1 + i piece i. */
-enum { MAX_ARRAYS = 65, MAX_STEPS = 64, MAX_OP_KERNELS = 256 };
+/* MAX_OP_KERNELS: a bundle of 120 random op shapes holds about 260 kernels (the tile
+ * kernel is built for each group's chunk count, granule and which chunks are wide). */
+enum { MAX_ARRAYS = 65, MAX_STEPS = 64, MAX_OP_KERNELS = 1024 };
 
 typedef struct {
     const char *param;

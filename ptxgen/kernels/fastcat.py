@@ -373,10 +373,17 @@ def _choose(
             # split 6.8/6.1/5.9 -> 5.7/5.5/5.5 us.
             unroll, tile_block = 1, 128
             n_tiles = -(-(rows * pitch + 15) // (16 * unroll * tile_block))
+        # A chunk of 16 bytes or more spans at most two rows' pieces a vector, so its code
+        # takes the two-piece paths; a narrower one keeps the carried walk for itself only
+        # (one flag for the whole group sent every chunk of (127+248+170+7) u8 through the
+        # byte walk: 0.48 of the flat copy, lab/README.md).
+        from .fastcat_tile import wide_chunks_option
+
+        flags = tuple(widths[k] >= 16 for k in group)
         spec = (
             ("direction", direction), ("chunks", len(group)), ("granule", granule), ("whole_rows", whole),
             ("unroll", unroll), ("block", tile_block), ("loader", loader),
-            ("wide_chunks", min(widths[k] for k in group) >= 16),
+            ("wide_chunks", wide_chunks_option(flags)),
         )  # fmt: skip
         launches.append(
             Launch(

@@ -42,7 +42,7 @@ from .tile_emitter import _Emitter
 from .tile_gather_scatter import TileGatherScatter
 from .tile_rows import TileRows
 
-__all__ = ["LOADERS", "MAX_CHUNKS", "FastcatTile"]
+__all__ = ["LOADERS", "MAX_CHUNKS", "FastcatTile", "wide_chunks_option"]
 
 # Chunks per launch: each costs 16 bytes of parameters and one unrolled copy of the
 # per-chunk code; 32 keeps the kernel under ~4K SASS instructions.
@@ -52,10 +52,10 @@ _GRANULES = (16, 8, 4, 2, 1)
 _BLOCKS = (64, 128, 256, 512, 1024)
 _UNROLLS = (1, 2, 4, 8)
 _SHARED_LIMIT = 48 * 1024  # static shared memory a kernel may declare
-# Word windows (a byte-granule gather, see TileGatherScatter._word_gather) read aligned
-# words up to 16 bytes before and 19 after the tile's bytes: the tile sits 16 bytes into
-# an array padded on both sides, so those reads stay inside it.
-_WINDOW_LEAD, _WINDOW_PAD = 16, 48
+# Word windows (a byte-granule gather, see TileGatherScatter._word_gather) read the five
+# aligned words from the one holding a window's first byte: up to 3 bytes past the last
+# byte of a vector the tile holds, never before its first. The tile's array has 16 more.
+_WINDOW_PAD = 16
 _U64, _U32 = Scalar("u64"), Scalar("u32")
 _BYTES_IN, _BYTES_OUT = Pointer("u8", writes=False), Pointer("u8")
 
@@ -66,10 +66,45 @@ def _pick(value: object, what: str, allowed: tuple[int, ...]) -> int:
     return value
 
 
-def _word_windows(direction: str, granule: int, wide_chunks: bool, loader: str) -> bool:
-    """Whether the gather reads a vector as two windows of aligned words (backward, byte
-    granule, every chunk at least 16 bytes wide, one stage loaded through registers)."""
-    return direction == "backward" and granule == 1 and wide_chunks and loader == "regs"
+def _word_windows(direction: str, granule: int, wide: tuple[bool, ...], loader: str) -> bool:
+    """Whether the gather reads some chunk's vectors as two windows of aligned words
+    (backward, byte granule, a chunk at least 16 bytes wide, one stage loaded through
+    registers)."""
+    return direction == "backward" and granule == 1 and any(wide) and loader == "regs"
+
+
+def _wide_flags(wide_chunks: object, chunks: int) -> tuple[bool, ...]:
+    """``wide_chunks`` as one flag a chunk: True or False for every chunk, or a tuple of
+    ``chunks`` bools."""
+    if isinstance(wide_chunks, bool):
+        return (wide_chunks,) * chunks
+    if (
+        isinstance(wide_chunks, tuple)
+        and len(wide_chunks) == chunks
+        and all(isinstance(w, bool) for w in wide_chunks)
+    ):
+        return wide_chunks
+    raise TypeError(
+        f"wide_chunks must be True, False or a tuple of {chunks} bools (one a chunk), not {wide_chunks!r}"
+    )
+
+
+def wide_chunks_option(flags: tuple[bool, ...]) -> bool | tuple[bool, ...]:
+    """``wide_chunks`` for one flag a chunk: one value for a uniform group (so that a tuple
+    of equal flags is the same kernel, and ids and plans show it as one), else the tuple."""
+    return flags[0] if len(set(flags)) == 1 else flags
+
+
+def _shared_layout(
+    direction: str, chunks: int, granule: int, tile_bytes: int, loader: str, wide: tuple[bool, ...]
+) -> tuple[int, int, int, int]:
+    """(stages, staging, word-window padding, total): the kernel's static shared memory, in
+    bytes, beside the chunk table and the bulk loader's mbarriers."""
+    stages = 2 if (direction == "backward" and loader != "regs") else 1
+    staging = tile_bytes + 32 * chunks if (direction == "forward" and loader == "cp.async") else 0
+    windows = _WINDOW_PAD if _word_windows(direction, granule, wide, loader) else 0
+    total = tile_bytes * stages + windows + staging + _TABLE_ENTRY * chunks + (16 if loader == "bulk" else 0)
+    return stages, staging, windows, total
 
 
 # The phases live in mixins: the row side in TileRows (tile_rows.py), the chunk side in
@@ -90,9 +125,12 @@ class FastcatTile(TileRows, TileGatherScatter, KernelBase):
     (backward, whole rows, ``cp.async.bulk`` + mbarrier, sm_90+, two stages). Backward
     tiles through ``cp.async`` (two stages) measured no faster than through registers on
     aligned rows and slower on unaligned ones; they went to lab/ with the prototype.
-    ``wide_chunks``: every chunk is at least 16 bytes wide (:meth:`footprints` checks it),
+    ``wide_chunks``: the chunk is at least 16 bytes wide (:meth:`footprints` checks it),
     so a chunk vector spans at most two rows' pieces and its granules' shared addresses
-    are found independently (:meth:`_two_piece_walk`) rather than carried one by one.
+    are found independently (:meth:`_two_piece_walk`, or at a byte granule backward the
+    word windows of :meth:`_word_gather`) rather than carried one by one. True or False
+    for every chunk, or a tuple of one flag a chunk: the per-chunk code is written chunk
+    by chunk, so one narrow chunk keeps the carried walk for itself alone.
 
     Arguments: ``row_ptr, row_bytes, row_pitch, rows``, then per chunk
     ``chunk{k}_ptr, chunk{k}_off, chunk{k}_width``.
@@ -126,7 +164,7 @@ class FastcatTile(TileRows, TileGatherScatter, KernelBase):
         unroll: int = 4,
         block: int = 256,
         loader: str = "regs",
-        wide_chunks: bool = False,
+        wide_chunks: bool | tuple[bool, ...] = False,
         target: str | None = "sm_90",
         dependent_launch: bool = False,
     ) -> Hashable:
@@ -140,8 +178,8 @@ class FastcatTile(TileRows, TileGatherScatter, KernelBase):
             raise ValueError(f"chunks = {chunks!r} is outside 1..{MAX_CHUNKS}")
         if not isinstance(whole_rows, bool):
             raise TypeError(f"whole_rows must be True or False, not {whole_rows!r}")
-        if not isinstance(wide_chunks, bool):
-            raise TypeError(f"wide_chunks must be True or False, not {wide_chunks!r}")
+        wide = _wide_flags(wide_chunks, chunks)
+        wide_chunks = wide_chunks_option(wide)
         if loader not in LOADERS:
             raise ValueError(f"loader {loader!r}; accepted: 'regs', 'cp.async', 'bulk'")
         cap = target_capability(target)
@@ -155,12 +193,7 @@ class FastcatTile(TileRows, TileGatherScatter, KernelBase):
             raise ValueError(f"loader 'bulk' needs sm_90 or newer, not {target}")
         if loader == "bulk" and not whole_rows:
             raise ValueError("loader 'bulk' copies whole tiles: it needs whole_rows=True")
-        tile_bytes = 16 * unroll * block
-        stages = 2 if (direction == "backward" and loader != "regs") else 1
-        staging = tile_bytes + 32 * chunks if (direction == "forward" and loader == "cp.async") else 0
-        windows = _WINDOW_PAD if _word_windows(direction, granule, wide_chunks, loader) else 0
-        shared = tile_bytes * stages + windows + staging + _TABLE_ENTRY * chunks
-        shared += 16 if loader == "bulk" else 0
+        shared = _shared_layout(direction, chunks, granule, 16 * unroll * block, loader, wide)[-1]
         if shared > _SHARED_LIMIT:
             raise ValueError(
                 f"{shared} bytes of static shared memory; at most {_SHARED_LIMIT} (16*unroll*block per "
@@ -175,21 +208,17 @@ class FastcatTile(TileRows, TileGatherScatter, KernelBase):
          self.loader, self.wide_chunks, self.target, self.dependent_launch) = key  # fmt: skip
         self.name = f"fastcat_tile_{self.direction}"  # type: ignore[misc]
         self.tile_bytes = 16 * self.unroll * self.block_size
-        self.stages = 2 if (self.direction == "backward" and self.loader != "regs") else 1
-        staging = self.tile_bytes + 32 * self.chunks if self._fwd_async else 0
-        self.word_windows = _word_windows(self.direction, self.granule, self.wide_chunks, self.loader)
-        self.shared_bytes = (
-            self.tile_bytes * self.stages
-            + (_WINDOW_PAD if self.word_windows else 0)
-            + staging
-            + (16 if self.loader == "bulk" else 0)
-            + _TABLE_ENTRY * self.chunks
+        self.wide = _wide_flags(self.wide_chunks, self.chunks)
+        self.chunk_wide = False  # the flag of the chunk whose code is being written
+        self.word_windows = _word_windows(self.direction, self.granule, self.wide, self.loader)
+        self.stages, staging, self.window_pad, self.shared_bytes = _shared_layout(
+            self.direction, self.chunks, self.granule, self.tile_bytes, self.loader, self.wide
         )
         self.block = (self.block_size, 1, 1)
         rows_tag = "rows" if self.whole_rows else "cols"
         self.id = (
             f"{self.name}__g{self.granule}__k{self.chunks}__{rows_tag}__u{self.unroll}"
-            f"__b{self.block_size}__{self.loader}{'__w16' if self.wide_chunks else ''}"
+            f"__b{self.block_size}__{self.loader}{self._wide_tag()}"
             f"{'__pdl' if self.dependent_launch else ''}__{self.target}"
         )
         self.info = {
@@ -241,10 +270,10 @@ class FastcatTile(TileRows, TileGatherScatter, KernelBase):
         for k, (off, w) in enumerate(zip(offs, widths)):
             if w < 1 or w % g:
                 raise FootprintError(f"{self.name}: chunk{k}_width = {w} must be >= 1 and a multiple of {g}")
-            if self.wide_chunks and w < 16:
+            if self.wide[k] and w < 16:
                 raise FootprintError(
-                    f"{self.name}: chunk{k}_width = {w}; built with wide_chunks, "
-                    "every chunk is at least 16 bytes"
+                    f"{self.name}: chunk{k}_width = {w}; built with wide_chunks for chunk {k}, "
+                    "which is then at least 16 bytes"
                 )
             if k and off != offs[k - 1] + widths[k - 1]:
                 raise FootprintError(
@@ -330,8 +359,7 @@ class FastcatTile(TileRows, TileGatherScatter, KernelBase):
         fn.directive(".minnctapersm", max(1, min(1024 // B, 16 // self.unroll) // fwd))
         if self.dependent_launch:
             emit_dependent_launch(fn)
-        pad = _WINDOW_PAD if self.word_windows else 0
-        self.smem = fn.shared("tile_smem", T * self.stages + pad, align=16)
+        self.smem = fn.shared("tile_smem", T * self.stages + self.window_pad, align=16)
         self.staging_arr = fn.shared("tile_staging", staging, align=16) if staging else None
         self.mbar_arr = fn.shared("tile_mbar", 16, align=8) if self.loader == "bulk" else None
         self.table_arr = fn.shared("tile_chunks", _TABLE_ENTRY * self.chunks, align=16)
@@ -341,6 +369,13 @@ class FastcatTile(TileRows, TileGatherScatter, KernelBase):
         self.ptx_version = module.version
         self.kernel_source = module.header()
         self.entry_point_source = fn.render()
+
+    def _wide_tag(self) -> str:
+        """The id's mark of the wide chunks: ``__w16`` for all, ``__w`` and a digit a chunk
+        (1: wide) for some, nothing for none."""
+        if all(self.wide):
+            return "__w16"
+        return "__w" + "".join("1" if w else "0" for w in self.wide) if any(self.wide) else ""
 
     def _param(self, reg: str, name: str, why: str = "") -> None:
         p = self.params[name]
@@ -367,8 +402,6 @@ class FastcatTile(TileRows, TileGatherScatter, KernelBase):
         e("mov.u32", "tile", SPECIAL_REGS["ctaid.x"], why="tiles are handed out grid-stride")
         e("mov.u32", "grid", SPECIAL_REGS["nctaid.x"])
         e("mov.u32", "smem", self.smem, why="shared address of stage 0")
-        if self.word_windows:
-            e("add.u32", "smem", "smem", _WINDOW_LEAD, why="past the lead of the word windows' padding")
         e.reg("u32", "ctab", "warp")
         e.reg("pred", "lane0")
         e("mov.u32", "ctab", self.table_arr, why="the chunk table: where each chunk's bytes of the tile are")

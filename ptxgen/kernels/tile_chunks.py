@@ -15,7 +15,7 @@ from .tile_emitter import _Emitter
 
 __all__ = ["_TABLE_ENTRY", "TileChunks"]
 
-_TABLE_ENTRY = 64  # bytes of the shared chunk table per chunk (FastcatTile._fill_chunk_table)
+_TABLE_ENTRY = 80  # bytes of the shared chunk table per chunk (FastcatTile._fill_chunk_table)
 
 
 class TileChunks:
@@ -24,7 +24,8 @@ class TileChunks:
 
     Uses only what ``FastcatTile`` sets: the attributes ``e`` (the
     :class:`~ptxgen.kernels.tile_emitter._Emitter`), ``chunks``, ``granule``,
-    ``block_size`` and ``wide_chunks``; its method ``_param`` (a kernel parameter into a
+    ``block_size``, ``wide`` (one flag a chunk) and ``chunk_wide`` (the flag of the
+    chunk being written, which :meth:`_chunk_range` sets); its method ``_param`` (a kernel parameter into a
     register); and the registers its prologue and main loop declare: ``thread``,
     ``warp``, ``lane0``, ``ctab``, ``rows``, ``pitch``, ``R``, ``C``, ``R1``, ``C1`` and
     the scratch ``tmp64``, ``pr``. The walks over a vector read ``d``, ``a``, ``dm``,
@@ -35,7 +36,8 @@ class TileChunks:
     chunks: int
     granule: int
     block_size: int
-    wide_chunks: bool
+    wide: tuple[bool, ...]
+    chunk_wide: bool
 
     # ---- chunk phase ------------------------------------------------------------------------
     def _fill_chunk_table(self) -> None:
@@ -51,13 +53,14 @@ class TileChunks:
             e("setp.ne.u32", "pr", "warp", k % warps)
             e.bra(skip, guard="pr", uniform=True, why=f"chunk {k} is warp {k % warps}'s to place")
             self._compute_chunk(k)
-            at = 64 * k
+            at = _TABLE_ENTRY * k
             e("st.shared.v2.s64", e.at("ctab", at), ["c_RW", "c_dlo"], guard="lane0")
             e("st.shared.v2.u64", e.at("ctab", at + 16), ["c_vstart", "c_lim"], guard="lane0")
             e("st.shared.s64", e.at("ctab", at + 32), "c_dhi", guard="lane0")
             e("st.shared.u64", e.at("ctab", at + 40), "c_ptr", guard="lane0")
             e("st.shared.v2.u32", e.at("ctab", at + 48), ["c_nvec", "c_jump"], guard="lane0")
             e("st.shared.f32", e.at("ctab", at + 56), "c_rcp", guard="lane0")
+            e("st.shared.u32", e.at("ctab", at + 60), "c_off", guard="lane0", why="for the edge pass")
             e.place(skip)
 
     def _chunk_regs(self) -> None:
@@ -122,12 +125,13 @@ class TileChunks:
         with the chunk (not yet placed); it is taken at once where the tile holds nothing
         of the chunk, c_nvec then 0."""
         e = self.e
+        self.chunk_wide = self.wide[k]  # chunk k's code follows: its walks by its own width
         self._chunk_regs()
         done = e.label(f"CHUNK{k}_DONE")
         e.note(f"chunk {k}: the bytes this tile holds, from the table")
         self._param("c_off", f"chunk{k}_off")
         self._param("c_w", f"chunk{k}_width")
-        at = 64 * k
+        at = _TABLE_ENTRY * k
         e("ld.shared.v2.u32", ["c_nvec", "c_jump"], e.at("ctab", at + 48))
         e("setp.eq.u32", "pr", "c_nvec", 0)
         e.bra(done, guard="pr", why="nothing of this chunk here", uniform=True)
@@ -154,7 +158,7 @@ class TileChunks:
         """Visit the 16/g granules of one chunk vector: access(m, shared address). %sreg
         carries only the row jumps; the g-steps are immediate offsets."""
         e, g = self.e, self.granule
-        if self.wide_chunks and g < 16:
+        if self.chunk_wide and g < 16:
             self._two_piece_walk(sreg, rem, access)
             return
         e.reg("pred", "wrap")
@@ -167,7 +171,7 @@ class TileChunks:
             access(m, e.at(sreg, m * g))
 
     def _two_piece_walk(self, sreg: str, rem: str, access: Callable[[int, Addr], None]) -> None:
-        """:meth:`_granule_walk` where every chunk is at least 16 bytes wide: a vector's
+        """:meth:`_granule_walk` for a chunk at least 16 bytes wide: a vector's
         bytes then lie in at most two rows' pieces, its first ``c_w - rem`` in this row's
         and the rest ``c_jump`` further on, so each granule's address is a choice between
         two bases, made independently of the others. (The carried walk is a chain of
@@ -236,69 +240,3 @@ class TileChunks:
         # .uni speaks of the threads active here: those that came in (a plain branch may
         # have left others out), and each of them runs 16 / granule rounds.
         e.bra(loop, guard="pr", uniform=True, why="the same count in every thread that came in")
-
-    def _owned_granules(
-        self, stage: str, access: Callable[[int, Addr, Addr, str], None], place: bool = True
-    ) -> None:
-        """:meth:`_owned_walk` where every chunk is at least 16 bytes wide, as straight
-        code: ``access(m, shared, global, guard)`` for every granule m of the vector at
-        chunk byte %d (address %a), under a guard that holds where this tile has its
-        bytes. Those granules are one run [own_lo, own_hi) of the vector
-        (:meth:`_place_run`; ``place=False``: placed before, for the same vector), and
-        each granule's shared address is one of two bases, as in :meth:`_two_piece_walk`.
-        (The walk is a loop of dependent steps; the threads that ran it, two a chunk a
-        tile, held every other warp of the CTA at the tile's last barrier: lab/README.md.)"""
-        e, g = self.e, self.granule
-        if place:
-            self._place_run(stage)
-        e.reg("pred", "own_mine", "own_on")
-        for m in range(0, 16, g):
-            e("sub.u32", "own_i", m, "own_lo", why="granule m is the run's own_i-th ..." if m == 0 else "")
-            e(
-                "setp.lt.u32",
-                "own_mine",
-                "own_i",
-                "own_n",
-                why="... if that is one of its own_n" if m == 0 else "",
-            )
-            e("setp.le.u32", "own_on", "own_wrap", m)
-            e("selp.u32", "own_at", "own_next", "own_base", "own_on")
-            access(m, e.at("own_at", m), e.at("a", m), "own_mine")
-
-    def _place_run(self, stage: str) -> None:
-        """The run [own_lo, own_hi) of the vector at chunk byte %d that this tile holds,
-        and where its granules are in the tile: granule m at own_base + m, or at
-        own_next + m from m = own_wrap on (the next row's piece). One division."""
-        e = self.e
-        e.reg("s64", "own_lo64", "own_hi64")
-        e.reg("u32", "own_lo", "own_hi", "own_wrap", "own_base", "own_next", "own_n", "own_at", "own_i")
-        e("sub.s64", "own_lo64", "c_dlo", "d", why="this tile's run of the vector: [own_lo, own_hi)")
-        e("max.s64", "own_lo64", "own_lo64", 0)
-        e("sub.s64", "own_hi64", "c_dhi", "d")
-        e("min.s64", "own_hi64", "own_hi64", 16)
-        e("cvt.u32.u64", "own_lo", "own_lo64")
-        e("cvt.u32.u64", "own_hi", "own_hi64")
-        e("add.s64", "dm", "d", "own_lo64")
-        self._source_of("dm", "s", "rem", stage)
-        e("sub.u32", "own_base", "s", "own_lo", why="granule m of this row's piece: own_base + m")
-        e("add.u32", "own_next", "own_base", "c_jump", why="... of the next row's: own_next + m")
-        e("sub.u32", "own_wrap", "c_w", "rem")
-        e("add.u32", "own_wrap", "own_wrap", "own_lo", why="the first granule of the next row's piece")
-        e("sub.u32", "own_n", "own_hi", "own_lo", why="granules in the run")
-
-    def _owned_bytes_clamped(self, stage: str, bytes_: list[str]) -> None:
-        """The byte-granule form of the run's loads: byte m is read from the run's byte
-        clamp(m, own_lo, own_hi - 1), always inside the tile, so no load needs a guard
-        (guards on sixteen loads left ptxas short of registers: it spilled)."""
-        e = self.e
-        self._place_run(stage)
-        e.reg("u32", "own_last", "own_m", "own_addr")
-        e.reg("pred", "own_on")
-        e("sub.u32", "own_last", "own_hi", 1)
-        for m in range(16):
-            e("max.u32", "own_m", "own_lo", m, why="the nearest byte of the run" if m == 0 else "")
-            e("min.u32", "own_m", "own_m", "own_last")
-            e("setp.le.u32", "own_on", "own_wrap", "own_m")
-            e("selp.u32", "own_addr", "own_next", "own_base", "own_on")
-            e("add.u32", "own_addr", "own_addr", "own_m")
-            e("ld.shared.u8", bytes_[m], e.at("own_addr"))

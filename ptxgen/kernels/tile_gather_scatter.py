@@ -8,7 +8,7 @@ by granule. Built on the table, ranges and walks of :mod:`.tile_chunks`.
 from __future__ import annotations
 
 from ..ptxtypes import Addr
-from .tile_chunks import TileChunks
+from .tile_chunks import _TABLE_ENTRY, TileChunks
 from .tile_emitter import _ACCESS
 
 __all__ = ["TileGatherScatter"]
@@ -25,9 +25,11 @@ class TileGatherScatter(TileChunks):
 
     unroll: int
     word_windows: bool
+    chunk_wide: bool
 
     def _gather_chunks(self, stage: str) -> None:
-        """Backward: write every chunk's bytes of this tile, 16-byte stores."""
+        """Backward: write every chunk's bytes of this tile, 16-byte stores; the vectors the
+        tile holds only part of are left to :meth:`_edge_pass`, after every chunk."""
         e = self.e
         e.reg("u32", "c_base")
         e("mov.u32", "c_base", 0, why="the vectors dealt out so far")
@@ -37,46 +39,135 @@ class TileGatherScatter(TileChunks):
             e.reg("u64", "a")
             e.reg("s64", "d", "dm")
             e.reg("pred", "vfull")
-            loop, partial, nxt = e.label(f"C{k}_LOOP"), e.label(f"C{k}_PARTIAL"), e.label(f"C{k}_NEXT")
+            loop, nxt = e.label(f"C{k}_LOOP"), e.label(f"C{k}_NEXT")
             out = e.data("o", 16)
             self._first_vector("j")
             e.place(loop)
             e("setp.ge.u32", "pr", "j", "c_nvec")
             e.bra(done, guard="pr")
-            e("mul.wide.u32", "tmp64", "j", 16)
-            e("add.u64", "a", "c_vstart", "tmp64", why="the absolute 16-byte vector this thread writes")
-            e("sub.s64", "d", "a", "c_ptr")
-            e("setp.ge.s64", "vfull", "d", "c_dlo")
-            e("add.s64", "tmp64", "d", 16)
-            e("setp.le.and.s64", "vfull", "tmp64", "c_dhi", "vfull", why="all 16 bytes come from this tile")
-            e.bra(partial, guard="vfull", neg=True)
+            self._vector_at("j")
+            e.bra(nxt, guard="vfull", neg=True, why="an edge vector: the edge pass writes it")
             self._source_of("d", "s", "rem", stage)
             self._gather_vector(out)
             e("st.global.v4.u32", e.at("a"), out)
-            e.bra(nxt)
-            e.place(partial)
-            self._partial_chunk_vector(store=True, stage=stage)
             e.place(nxt)
             e("add.u32", "j", "j", self.block_size)
             e.bra(loop)
             e.place(done)
             e("add.u32", "c_base", "c_base", "c_nvec")
+        self._edge_pass(stage)
+
+    def _vector_at(self, j: str) -> None:
+        """%a = the absolute address of the chunk's vector %j, %d = its first byte's place
+        in the chunk, %vfull = all 16 of its bytes are this tile's."""
+        e = self.e
+        e("mul.wide.u32", "tmp64", j, 16)
+        e("add.u64", "a", "c_vstart", "tmp64", why="the absolute 16-byte vector")
+        e("sub.s64", "d", "a", "c_ptr")
+        e("setp.ge.s64", "vfull", "d", "c_dlo")
+        e("add.s64", "tmp64", "d", 16)
+        e("setp.le.and.s64", "vfull", "tmp64", "c_dhi", "vfull", why="all 16 bytes are this tile's")
+
+    def _edge_pass(self, stage: str) -> None:
+        """The vectors this tile holds only part of, at most two a chunk (its first and its
+        last of the tile), all at once after every chunk's loop: 16 / granule threads to an
+        edge vector, one a granule. Edge e (chunk e // 2, its last where e is odd) goes to
+        threads e * L .. e * L + L - 1, each moving the granule at byte ``edge_b`` if this
+        tile holds it, the chunk read from the table by index. Backward the granule goes
+        from the tile to the chunk; forward (through cp.async, where every edge vector
+        inside the chunk was staged whole with the others) from the staging area into the
+        tile. Written in the chunks' loops instead, each edge vector was a walk of dependent
+        granule steps by one lane while its warp waited, a fifth of a byte-granule split's
+        instructions; one pass of it by the first lanes made the first warp the tile's last
+        (lab/README.md)."""
+        e, g, B = self.e, self.granule, self.block_size
+        kind = _ACCESS[g][0]
+        lanes = 16 // g  # threads an edge vector: a power of two; 2 * MAX_CHUNKS edges in all
+        backward = self.direction == "backward"
+        self._chunk_regs()
+        e.reg("u32", "edge_v", "edge_at", "edge_b", "j", "s", "rem")
+        e.reg("u64", "a", "am")
+        e.reg("s64", "d", "dm")
+        e.reg("pred", "vfull", "vin", "edge_last")
+        regs = e.data("pg", g)
+        loop, nxt, done = e.label("EDGE_LOOP"), e.label("EDGE_NEXT"), e.label("EDGES_DONE")
+        e.note(f"the edge vectors: {lanes} thread(s) each, a granule a thread")
+        e(
+            "shr.u32",
+            "edge_v",
+            "thread",
+            lanes.bit_length() - 1,
+            why="edge vector e: chunk e / 2, first or last",
+        )
+        e("and.b32", "edge_b", "thread", lanes - 1)
+        if g > 1:
+            e("shl.b32", "edge_b", "edge_b", g.bit_length() - 1, why="the byte of its granule it moves")
+        e.place(loop)
+        e("setp.ge.u32", "pr", "edge_v", 2 * self.chunks)
+        e.bra(done, guard="pr")
+        e("shr.u32", "edge_at", "edge_v", 1)
+        e("mad.lo.u32", "edge_at", "edge_at", _TABLE_ENTRY, "ctab", why="chunk e / 2's entry of the table")
+        e("ld.shared.v2.u32", ["c_nvec", "c_jump"], e.at("edge_at", 48))
+        e("and.b32", "j", "edge_v", 1)
+        e("setp.ne.u32", "edge_last", "j", 0)
+        e("setp.eq.u32", "pr", "c_nvec", 0)
+        e.bra(nxt, guard="pr", why="nothing of this chunk here")
+        e("setp.eq.and.u32", "pr", "c_nvec", 1, "edge_last")
+        e.bra(nxt, guard="pr", why="one vector: the first edge's")
+        e("sub.u32", "j", "c_nvec", 1)
+        e("selp.u32", "j", "j", 0, "edge_last", why="the chunk's last vector of the tile, or its first")
+        e("ld.shared.v2.s64", ["c_RW", "c_dlo"], e.at("edge_at"))
+        e("ld.shared.v2.u64", ["c_vstart", "c_lim"], e.at("edge_at", 16))
+        e("ld.shared.s64", "c_dhi", e.at("edge_at", 32))
+        e("ld.shared.u64", "c_ptr", e.at("edge_at", 40))
+        e("ld.shared.f32", "c_rcp", e.at("edge_at", 56))
+        e("ld.shared.u32", "c_off", e.at("edge_at", 60))
+        e("sub.u32", "c_w", "pitch", "c_jump", why="c_jump is pitch - c_w")
+        self._vector_at("j")
+        e.bra(nxt, guard="vfull", why="whole in this tile: the chunk's loop moved it")
+        if not backward:
+            e("setp.ge.s64", "vin", "d", 0)
+            e("add.s64", "tmp64", "d", 16)
+            e("setp.le.and.s64", "vin", "tmp64", "c_lim", "vin")
+            e.bra(nxt, guard="vin", neg=True, why="an end of the array: loaded granule by granule already")
+        e("cvt.u64.u32", "tmp64", "edge_b")
+        e("add.s64", "dm", "d", "tmp64")
+        if backward:
+            e("add.u64", "am", "a", "tmp64", why="the granule's address in the chunk")
+        e("setp.ge.s64", "pr", "dm", "c_dlo")
+        e("setp.lt.and.s64", "pr", "dm", "c_dhi", "pr")
+        e.bra(nxt, guard="pr", neg=True, why="this granule is another tile's")
+        self._source_of("dm", "s", "rem", stage)
+        if backward:
+            e(f"ld.shared.{kind}", regs, e.at("s"))
+            e(f"st.global.{kind}", e.at("am"), regs)
+        else:
+            e.reg("u32", "st_addr")
+            e("ld.shared.u32", "st_addr", e.at("edge_at", 64), why="where the chunk's staged vectors start")
+            e("mad.lo.u32", "st_addr", "j", 16, "st_addr")
+            e("add.u32", "st_addr", "st_addr", "edge_b")
+            e(f"ld.shared.{kind}", regs, e.at("st_addr"))
+            e(f"st.shared.{kind}", e.at("s"), regs)
+        e.place(nxt)
+        e("add.u32", "edge_v", "edge_v", B // lanes, why="the next edge vector for these threads")
+        e.bra(loop)
+        e.place(done)
 
     def _gather_vector(self, out: list[str]) -> None:
-        """A chunk vector from the tile: at a byte granule with every chunk at least 16
-        bytes wide, as two windows of words (:meth:`_word_gather`); otherwise granule by
-        granule, carrying into the next row's piece."""
+        """A chunk vector from the tile: at a byte granule, of a chunk at least 16 bytes
+        wide, as two windows of words (:meth:`_word_gather`); otherwise granule by
+        granule (the two-piece walk where the chunk is that wide, else carried)."""
         e, g = self.e, self.granule
         if g == 16:
             self._granule_walk("s", "rem", lambda m, addr: e("ld.shared.v4.u32", out, addr))
             return
-        if self.word_windows:
+        if self.word_windows and self.chunk_wide:
             self._word_gather(out)
             return
         self._gather_granules(out)
 
     def _word_gather(self, out: list[str]) -> None:
-        """A byte-granule chunk vector whose bytes lie in at most two rows' pieces (every
+        """A byte-granule chunk vector whose bytes lie in at most two rows' pieces (its
         chunk at least 16 bytes wide): its first ``left = c_w - rem`` bytes start at %s,
         the rest at ``%s + c_jump + left``. Each piece is read as a window of 16 bytes,
         five aligned words put in place by four funnel shifts, and the two windows are
@@ -84,8 +175,9 @@ class TileGatherScatter(TileChunks):
         the same code, one piece or two (a one-piece vector reads its window twice), so
         no warp runs two paths. That is 10 shared loads a vector where the byte walk made
         16, each conflicted alike (lanes 16 bytes apart), and about half its instructions
-        (lab/README.md). The windows read up to 16 bytes before and 19 after the bytes of
-        the tile, inside the padding ``FastcatTile`` gives the tile's array."""
+        (lab/README.md). A window's five words reach up to 3 bytes past the vector's last
+        byte, which for a vector the tile holds whole is the tile's last at the latest:
+        ``FastcatTile`` gives the tile's array 16 bytes more."""
         e = self.e
         second = e.data("wb", 16)
         e.reg("u32", "left", "wb_base", "w_at", "w_sh", "w_bits", "w_mask", "w_diff")
@@ -137,71 +229,17 @@ class TileGatherScatter(TileChunks):
             for w in range(4):
                 e.pack_bytes(out[w], bytes_[4 * w : 4 * w + 4])
 
-    def _partial_gather_vector(self, stage: str) -> None:
-        """Backward, wide chunks: a chunk vector of which this tile holds a run. The run's
-        granules are read from the tile (the rest left out), bytes packed into words
-        (four live registers, not sixteen), then stored to the chunk granule by granule."""
-        e, g = self.e, self.granule
-        kind = _ACCESS[g][0]
-        out = e.data("o", 16)
-        halves = [f"h{m}" for m in range(8)]
-        bytes_ = [f"by{m}" for m in range(16)]
-        if g == 2:
-            e.reg("b16", *halves)
-        if g == 1:
-            e.reg("b32", *bytes_)
-
-        def load(m: int, shared: Addr, _: Addr, guard: str) -> None:
-            if g == 8:
-                e("ld.shared.v2.u32", out[m // 4 : m // 4 + 2], shared, guard=guard)
-            elif g == 4:
-                e("ld.shared.u32", out[m // 4], shared, guard=guard)
-            elif g == 2:
-                e("ld.shared.b16", halves[m // 2], shared, guard=guard)
-            else:
-                e("ld.shared.u8", bytes_[m], shared, guard=guard)
-
-        if g == 1:
-            self._owned_bytes_clamped(stage, bytes_)
-        else:
-            self._owned_granules(stage, load)
-        if g == 1:
-            for w in range(4):
-                e.pack_bytes(out[w], bytes_[4 * w : 4 * w + 4])
-            e.reg("b32", "og_part")
-
-        def store(m: int, _: Addr, global_: Addr, guard: str) -> None:
-            if g == 8:
-                e(f"st.global.{kind}", global_, out[m // 4 : m // 4 + 2], guard=guard)
-            elif g == 4:
-                e(f"st.global.{kind}", global_, out[m // 4], guard=guard)
-            elif g == 2:
-                e(f"st.global.{kind}", global_, halves[m // 2], guard=guard)
-            elif m % 4:
-                e("shr.b32", "og_part", out[m // 4], 8 * (m % 4), why="byte m of the vector, lowest")
-                e(f"st.global.{kind}", global_, "og_part", guard=guard)
-            else:
-                e(f"st.global.{kind}", global_, out[m // 4], guard=guard)
-
-        self._owned_granules(stage, store, place=False)
-
-    def _partial_chunk_vector(self, *, store: bool, stage: str) -> None:
-        """A chunk vector that straddles the tile's range: granule by granule, each only if
-        its bytes come from (backward) / go to (forward) this tile."""
+    def _load_edge_vector(self, stage: str) -> None:
+        """Forward: a chunk vector that straddles the tile's range and cannot be loaded whole
+        (through registers; through cp.async, the array's end vectors), granule by granule,
+        each only if its bytes go to this tile."""
         e = self.e
         kind = _ACCESS[self.granule][0]
         regs = e.data("pg", self.granule)
-        if store and self.wide_chunks and self.granule < 16:
-            self._partial_gather_vector(stage)
-            return
 
         def access() -> None:
-            if store:
-                e(f"ld.shared.{kind}", regs, e.at("s"))
-                e(f"st.global.{kind}", e.at("am"), regs)
-            else:
-                e(f"ld.global.nc.{kind}", regs, e.at("am"))
-                e(f"st.shared.{kind}", e.at("s"), regs)
+            e(f"ld.global.nc.{kind}", regs, e.at("am"))
+            e(f"st.shared.{kind}", e.at("s"), regs)
 
         self._owned_walk(stage, access)
 
@@ -247,7 +285,7 @@ class TileGatherScatter(TileChunks):
                 e.bra(nxt, guard=f"cvalid_{u}", neg=True)
                 e("mov.s64", "d", f"cd_{u}")
                 e("mov.u64", "a", f"ca_{u}")
-                self._partial_chunk_vector(store=False, stage=stage)
+                self._load_edge_vector(stage)
                 e.place(nxt)
             e("add.u32", "j0", "j0", U * B)
             e.bra(loop)
@@ -297,86 +335,31 @@ class TileGatherScatter(TileChunks):
                     )
                     e.bra(nxt)
                     e.place(part)
-                    self._partial_chunk_vector(store=False, stage=stage)
+                    self._load_edge_vector(stage)
                 else:
                     e.bra(nxt, guard="vin", neg=True, why="edge vectors of the array went to the tile")
-                    vals = e.data("x0", 16)
-                    e("ld.shared.v4.u32", vals, e.at("st_addr"))
                     e("setp.ge.s64", "vfull", "d", "c_dlo")
                     e("add.s64", "tmp64", "d", 16)
                     e("setp.le.and.s64", "vfull", "tmp64", "c_dhi", "vfull", why="all 16 bytes for this tile")
-                    edge = e.label(f"A{k}_EDGE")
-                    e.bra(edge, guard="vfull", neg=True)
+                    e.bra(nxt, guard="vfull", neg=True, why="an edge vector: the edge pass places it")
+                    vals = e.data("x0", 16)
+                    e("ld.shared.v4.u32", vals, e.at("st_addr"))
                     self._source_of("d", "s", "rem", stage)
                     self._scatter_vector(vals)
-                    e.bra(nxt)
-                    e.place(edge)
-                    self._scatter_owned_granules(vals, stage)
                 e.place(nxt)
                 e("add.u32", "j", "j", B)
                 e.bra(loop)
                 e.place(done)
+                if phase == "issue":  # read by the edge pass, after the barrier below
+                    e("setp.eq.u32", "pr", "thread", 0)
+                    e("st.shared.u32", e.at("ctab", _TABLE_ENTRY * k + 64), "st_off", guard="pr")
                 e("mad.lo.u32", "st_off", "c_nvec", 16, "st_off")
                 e("add.u32", "c_base", "c_base", "c_nvec")
             if phase == "issue":
                 e("cp.async.commit_group")
                 e("cp.async.wait_group", 0, why="this thread's copies have landed")
                 e("bar.sync", 0, why="... and everyone's")
-
-    def _scatter_owned_granules(self, vals: list[str], stage: str) -> None:
-        """A staged vector of which this tile holds only part: the granules whose bytes
-        are in the tile's range [c_dlo, c_dhi) go to the tile; the vector's registers
-        shift down a granule each round, so granule m is always in the lowest."""
-        e, g = self.e, self.granule
-        kind = _ACCESS[g][0]
-        regs = e.data("pg", g)
-        e.reg("b16", "og_high")
-        if self.wide_chunks and g < 16:
-
-            def each(m: int, shared: Addr, global_: Addr, guard: str) -> None:
-                word = vals[m // 4]
-                if g == 8:
-                    e(f"st.shared.{kind}", shared, vals[m // 4 : m // 4 + 2], guard=guard)
-                elif g == 2:  # the word's halves, unpacked at its first
-                    e.reg("b16", "og_low")
-                    if m % 4 == 0:
-                        e("mov.b32", ["og_low", "og_high"], word)
-                    e(f"st.shared.{kind}", shared, "og_high" if m % 4 else "og_low", guard=guard)
-                elif m % 4:  # a byte of the word: shifted down, stored from a b32
-                    e.reg("b32", "og_part")
-                    e("shr.b32", "og_part", word, 8 * (m % 4))
-                    e(f"st.shared.{kind}", shared, "og_part", guard=guard)
-                else:
-                    e(f"st.shared.{kind}", shared, word, guard=guard)
-
-            self._owned_granules(stage, each)
-            return
-
-        def access() -> None:
-            if g == 16:
-                e(f"st.shared.{kind}", e.at("s"), vals)
-            elif g == 8:
-                e(f"st.shared.{kind}", e.at("s"), vals[:2])
-            elif g == 2:
-                e("mov.b32", [regs[0], "og_high"], vals[0], why="the lowest granule")
-                e(f"st.shared.{kind}", e.at("s"), regs[0])
-            else:
-                e(f"st.shared.{kind}", e.at("s"), vals[0])
-
-        def shift() -> None:
-            if g == 8:
-                e("mov.b32", vals[0], vals[2], why="the next granule down")
-                e("mov.b32", vals[1], vals[3])
-            elif g == 4:
-                for i in range(3):
-                    e("mov.b32", vals[i], vals[i + 1], why="the next granule down" if i == 0 else "")
-            elif g < 4:
-                for i in range(3):
-                    why = "the next granule down" if i == 0 else ""
-                    e("shf.r.clamp.b32", vals[i], vals[i], vals[i + 1], 8 * g, why=why)
-                e("shr.b32", vals[3], vals[3], 8 * g)
-
-        self._owned_walk(stage, access, shift)
+        self._edge_pass(stage)
 
     def _scatter_vector(self, val: list[str]) -> None:
         """A chunk vector into the tile, granule by granule, carrying into the next row's piece."""

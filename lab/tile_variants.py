@@ -69,6 +69,29 @@ VARIANTS += [("group_flag", _group_flag, None)]
 FORWARD_ONLY = [("regs", {"loader": "regs"}, None), ("regs_u2", {"loader": "regs", "unroll": 2}, None)]
 
 
+def _row_gather(unroll: int | None = None, narrow: bool = False) -> Any:
+    """The row vectors read straight out of the staging area (``row_gather``), where the
+    planned launch allows it (cp.async, whole rows, every chunk wide, or with ``narrow``
+    any chunks: a window a piece); else the planned."""
+
+    def change(spec: dict[str, Any]) -> dict[str, Any]:
+        wide = spec.get("wide_chunks")
+        every = all(wide) if isinstance(wide, tuple) else bool(wide)
+        if spec.get("loader") == "cp.async" and spec.get("whole_rows", True) and (every or narrow):
+            return {"row_gather": True, **({"unroll": unroll} if unroll else {})}
+        return {}
+
+    return change
+
+
+FORWARD_ONLY += [("rg", _row_gather(), None), ("rg_u8", _row_gather(8), None)]
+FORWARD_ONLY += [("rg_any_u8", _row_gather(8, narrow=True), None)]
+# Resident CTAs an SM asked of ptxas (resident_tile): for the planned tile, and for
+# smaller tiles that hold fewer loaded vectors (so fewer registers) in more CTAs.
+RESIDENT = {f"r{n}": n for n in (4, 5, 6)} | {"u2_r6": 6, "u2_r8": 8, "u4_r5": 5}
+VARIANTS += [(name, {"unroll": int(name[1])} if name.startswith("u") else {}, None) for name in RESIDENT]
+
+
 def patched_choose(original: Any, change: dict[str, Any], per_sm: int | None, sms: int) -> Any:
     def choose(*args: Any, **kwargs: Any) -> Any:
         out = []
@@ -129,6 +152,24 @@ def byte_walk_tile() -> Any:
     return ByteWalkTile
 
 
+def resident_tile(ctas: int) -> Any:
+    """``FastcatTile`` asking ptxas for room for ``ctas`` resident CTAs an SM
+    (``.minnctapersm``, which caps its registers at 64K / (ctas * block)), where the shipped
+    rule asks for min(1024 / block, 16 / unroll): 2 for 32 KB tiles of 256 threads, which
+    left the row gather at 79 registers, three CTAs an SM. The variants ``r4``-``r6``."""
+    import re
+    from functools import cached_property
+
+    from ptxgen.kernels.fastcat_tile import FastcatTile
+
+    class ResidentTile(FastcatTile):
+        @cached_property
+        def source(self) -> str:
+            return re.sub(r"\.minnctapersm\s+\d+", f".minnctapersm {ctas}", FastcatTile.source.func(self))
+
+    return ResidentTile
+
+
 def base_factory(path: Path) -> Any:
     """A stand-in for ``FastcatTile`` built from an earlier copy of fastcat_tile.py (the
     keyword arguments it does not know dropped), loaded as ``lab/tile_study.py`` loads one."""
@@ -167,6 +208,8 @@ def run_case(
             fastcat_tile.FastcatTile = base  # Launch.kernel imports it at each plan
         elif name == "bytes":
             fastcat_tile.FastcatTile = byte_walk_tile()
+        elif name in RESIDENT:
+            fastcat_tile.FastcatTile = resident_tile(RESIDENT[name])
         runtime.ops.clear_plans()
         reset()
         try:

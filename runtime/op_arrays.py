@@ -63,15 +63,20 @@ _tensor_class: list[type | None] = [None]  # torch.Tensor, once torch has been i
 _torch_seen: list[Callable[[type], None]] = []
 
 
-def _torch_tensor_class() -> type | None:
-    """``torch.Tensor`` once torch has been imported (by anyone), remembered; else None."""
+def torch_tensor_class() -> type | None:
+    """``torch.Tensor`` once torch has been imported (by anyone), remembered; else None.
+    The one way every path asks: a module that bound the list's first item at import
+    time would keep the None it saw before torch came."""
+    tensor = _tensor_class[0]
+    if tensor is not None:
+        return tensor
     torch = sys.modules.get("torch")
-    if torch is not None:
-        if _tensor_class[0] is None:
-            for seen in _torch_seen:
-                seen(torch.Tensor)
-        _tensor_class[0] = torch.Tensor
-    return _tensor_class[0]
+    if torch is None:
+        return None
+    for seen in _torch_seen:
+        seen(torch.Tensor)
+    _tensor_class[0] = torch.Tensor
+    return torch.Tensor
 
 
 def _torch_array(value: Any) -> _Array | None:
@@ -144,9 +149,7 @@ def _recognise(op: str, what: str, value: Any, stream: int) -> _Array:
         return _Array(
             value, value.shape, DTYPES[value.dtype], 0, False, value.device, value.device.ordinal, 0
         )
-    tensor = _tensor_class[0]
-    if tensor is None:
-        tensor = _torch_tensor_class()
+    tensor = torch_tensor_class()
     if tensor is not None and (cls is tensor or isinstance(value, tensor)):  # nn.Parameter too
         found = _torch_array(value)
         if found is not None:

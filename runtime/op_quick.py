@@ -23,7 +23,7 @@ from ptxgen.dtypes import DType
 from .arrays import dtype_of_torch
 from .device import Device, device_of
 from .memory import DeviceArray
-from .op_arrays import _tensor_class, _torch_tensor_class
+from .op_arrays import torch_tensor_class
 from .op_plans import _compiled, _Join, _join_shape, _remember, _Split, _split_shape
 from .outputs import new_outputs
 
@@ -153,7 +153,7 @@ def _backward_quick(dy: Any, sizes: Any, dim: Any, out: Any, handle: int) -> boo
             return False
     # Read here too, not only by the general path: the C lane's route for the call would
     # otherwise take every later one, and this table, the faster lane's, never be filled.
-    tensor = _tensor_class[0] or _torch_tensor_class()
+    tensor = torch_tensor_class()
     wide = _wide_facts(dy, tensor)
     if wide is None:
         return False
@@ -205,7 +205,7 @@ def _forward_quick(xs: Any, dim: Any, out: Any, handle: int) -> bool:
     """:func:`channel_cat_forward` with ``out`` for the common call; as :func:`_backward_quick`."""
     if (xs.__class__ is not list and xs.__class__ is not tuple) or not xs or dim.__class__ is not int:
         return False
-    tensor = _tensor_class[0] or _torch_tensor_class()
+    tensor = torch_tensor_class()
     wide = _wide_facts(out, tensor)
     if wide is None or not wide[5]:  # y is written
         return False
@@ -255,7 +255,7 @@ def _backward_fresh(dy: Any, sizes: Any, dim: Any, handle: int) -> list[Any] | N
     for s in sizes:
         if s.__class__ is not int or s <= 0:  # a bool, or an empty piece: the general path
             return None
-    wide = _wide_facts(dy, _tensor_class[0] or _torch_tensor_class())
+    wide = _wide_facts(dy, torch_tensor_class())
     if wide is None:
         return None
     ptr, _, shape, dtype, ordinal, _, _ = wide
@@ -275,7 +275,7 @@ def _forward_fresh(xs: Any, dim: Any, handle: int) -> Any:
     :func:`_backward_fresh` (None leaves the call to the general path)."""
     if (xs.__class__ is not list and xs.__class__ is not tuple) or not xs or dim.__class__ is not int:
         return None
-    tensor = _tensor_class[0] or _torch_tensor_class()
+    tensor = torch_tensor_class()
     first = _wide_facts(xs[0], tensor)
     if first is None:
         return None

@@ -736,7 +736,6 @@ def mixed(emulated, monkeypatch, launch_path):
     monkeypatch.setattr(op_quick, "device_of", lambda ordinal: emulated)
     tensor_class = [_FakeTensor]  # one list, the reader's and the quick path's
     monkeypatch.setattr(op_arrays, "_tensor_class", tensor_class)
-    monkeypatch.setattr(op_quick, "_tensor_class", tensor_class)
     if launch_path == "compiled":  # a C quick path of the test's own, taking the fake tensors
         quick = launch.compiled_ops(op_quick._quick_calls)
         quick.bind_torch(_FakeTensor, torch_dtype_table())
@@ -775,7 +774,6 @@ def test_a_first_torch_call_fills_the_quick_table(emulated, monkeypatch, launch_
     monkeypatch.setattr(op_quick, "device_of", lambda ordinal: emulated)
     tensor_class = [None]  # torch not seen yet
     monkeypatch.setattr(op_arrays, "_tensor_class", tensor_class)
-    monkeypatch.setattr(op_quick, "_tensor_class", tensor_class)
     monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(Tensor=_FakeTensor))
     if launch_path == "compiled":  # unbound: the first call binds it, as ops' own
         monkeypatch.setattr(ops, "_quick_c", launch.compiled_ops(op_quick._quick_calls))

@@ -59,7 +59,6 @@ def emulated_c_path(monkeypatch, device, tensor, current_stream):
     monkeypatch.setattr(op_quick, "device_of", lambda ordinal: device)
     tensor_class = [tensor]
     monkeypatch.setattr(op_arrays, "_tensor_class", tensor_class)
-    monkeypatch.setattr(op_quick, "_tensor_class", tensor_class)
     old = launch.use_compiled_launch(True)
     quick = launch.compiled_ops(op_quick._quick_calls)
     quick.bind_torch(tensor, torch_dtype_table(), current_stream)

@@ -220,7 +220,16 @@ KEPT = {
 OPTIONS = {
     "channel_cat": {"inline"},
     "rect": {"direction", "width", "chunks", "dependent_launch"},
-    "tile": {"direction", "granule", "chunks", "whole_rows", "loader", "wide_chunks", "dependent_launch"},
+    "tile": {
+        "direction",
+        "granule",
+        "chunks",
+        "whole_rows",
+        "loader",
+        "wide_chunks",
+        "row_gather",
+        "dependent_launch",
+    },
     "rowpack": {"direction", "staged", "outputs", "dependent_launch"},
     "vec": {"direction", "width", "chunks", "dependent_launch"},
     "strided": {"width", "rank", "wide_strides"},
@@ -263,6 +272,7 @@ def _options(kernel) -> Iterator[tuple[str, str, object]]:
         yield family, "whole_rows", kernel.whole_rows
         yield family, "loader", (kernel.direction, kernel.loader)
         yield family, "wide_chunks", "all" if all(kernel.wide) else "some" if any(kernel.wide) else "none"
+        yield family, "row_gather", kernel.row_gather
     if family == "rowpack":
         yield family, "staged", kernel.staged
         yield family, "outputs", "all" if kernel.outputs == tuple(range(len(kernel.widths))) else "some"
@@ -295,6 +305,8 @@ def _universe() -> set[tuple[str, str, object]]:
                     for wide in (True, (True, False)):
                         add(FastcatTile, direction=d, chunks=2, granule=1, whole_rows=whole, loader=loader,
                             wide_chunks=wide, dependent_launch=pdl)  # fmt: skip
+                        add(FastcatTile, direction=d, chunks=2, granule=1, whole_rows=whole, loader=loader,
+                            wide_chunks=wide, row_gather=True, dependent_launch=pdl)  # fmt: skip
             for staged in (False, True):
                 add(FastcatRowpack, direction=d, widths=(1, 3), staged=staged, dependent_launch=pdl)
                 if d == "backward":

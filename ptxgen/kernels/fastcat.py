@@ -243,16 +243,19 @@ def choose(
     * split/concat with a granule of 1, 2 or 4 bytes, every pointer 16-byte aligned and a
       few rows of both sides within 128 bytes -> ``rowpack`` (constant byte shuffles),
       staged through shared memory so that every global access is coalesced.
-    * split/concat whose every chunk moves as accesses of :data:`RECT_GRANULE` bytes or
-      more, in rows narrower than :data:`RECT_MAX_WINDOW` bytes -> ``rect`` over the
-      chunks' window, in groups of at most :data:`MAX_CHUNKS` adjacent chunks (the same
-      groups below).
+    * concat whose every chunk moves as accesses of :data:`RECT_GRANULE` bytes or more,
+      in rows narrower than :data:`RECT_MAX_WINDOW` bytes -> ``rect`` over the chunks'
+      window, in groups of at most :data:`MAX_CHUNKS` adjacent chunks (the same groups
+      below), unless most of rect's columns would idle (then ``tile``); a split there,
+      faster as tiles, -> ``tile``.
     * split/concat of at most :data:`SMALL_OP_BYTES` a side, in rows under
       :data:`RECT_MAX_WINDOW` -> ``rect`` at the smallest granule, directly.
     * split/concat otherwise -> ``tile`` over whole rows with the smallest granule;
       backward through registers, forward through cp.async staging (registers on sm_75);
       16 KB tiles, or 2 KB ones where there would be fewer 16 KB tiles than the part has
-      SMs (``traits.sm_count``).
+      SMs (``traits.sm_count``). Forward over whole rows, the row vectors are read straight
+      out of the staging area (``row_gather``), in 32 KB tiles where there are at least as
+      many of them as SMs.
 
     Every launch but vec's has one CTA per piece of work (a tile, a thread's rows): on an
     H200 a grid of small CTAs, which the hardware hands out as SMs free up, runs at the
@@ -354,10 +357,19 @@ def _choose(
         # split 5.5-5.7 as tiles, 4.5-5.0 here; at 16,384 rows (0.5-2 MB) a tie, at
         # 65,536 rows (2-8 MB) the tiles ahead again.
         small_op = not per_chunk and rows * pitch <= SMALL_OP_BYTES
-        if window < RECT_MAX_WINDOW and (granule >= RECT_GRANULE or small_op):
-            launches.append(_rect(direction, granule, rows, window // granule, group))
-            continue
         whole = offs[group[0]] == 0 and offs[group[-1]] + widths[group[-1]] == pitch
+        if window < RECT_MAX_WINDOW and (granule >= RECT_GRANULE or small_op):
+            # Whole rows at 8- and 16-byte granules, measured on H200 against the tile
+            # (lab/data/rect-vs-tile.json, the sweeps of seeds 20261203-05, 52 shapes a
+            # direction): splits ran faster as tiles on every one (median 0.917 -> 0.996 of
+            # the flat copy, lowest 0.603 -> 0.950); concats faster as rect (0.920 against
+            # 0.857) except where most of rect's columns idle (a row just past a power of
+            # two of vectors: 4,160-4,736-byte f64 rows 0.61-0.76 -> 0.83-0.88).
+            vectors = window // granule
+            idle = vectors > 256 and _rect_columns_used(granule, vectors, len(group)) < 0.6
+            if small_op or not whole or (direction == "forward" and not idle):
+                launches.append(_rect(direction, granule, rows, vectors, group))
+                continue
         # Backward: register-staged loads matched cp.async and cp.async.bulk on H200.
         # Forward: the chunk side goes through cp.async staging (every chunk's loads in
         # flight at once); sm_75 has no cp.async: registers. Four 16-byte vectors a
@@ -380,10 +392,23 @@ def _choose(
         from .fastcat_tile import wide_chunks_option
 
         flags = tuple(widths[k] >= 16 for k in group)
+        # Forward, whole rows: each row vector read straight out of the cp.async staging
+        # area as two word windows (a window a piece beside a chunk under 16 bytes), no
+        # tile image, and 32 KB tiles in the room that leaves. Measured on H200
+        # (lab/data/tile-variants-10a/b.json, seeds 20261203 and 20261204): concat medians
+        # of the flat copy u8 0.62/0.63 -> 0.89/0.89, bf16 0.73/0.75 -> 0.86/0.88, f32
+        # 0.81/0.85 -> 0.86/0.89; beside narrow chunks (tile-variants-11.json, seed
+        # 20261206) the lowest concat 0.53 -> 0.80, u8 with a 1- to 13-byte chunk 0.53-0.62
+        # -> 0.81-0.86.
+        row_gather = direction == "forward" and loader == "cp.async" and whole
+        if row_gather and unroll == 4:
+            big = -(-(rows * pitch + 15) // (16 * 8 * tile_block))
+            if big >= traits.sm_count:
+                unroll, n_tiles = 8, big
         spec = (
             ("direction", direction), ("chunks", len(group)), ("granule", granule), ("whole_rows", whole),
             ("unroll", unroll), ("block", tile_block), ("loader", loader),
-            ("wide_chunks", wide_chunks_option(flags)),
+            ("wide_chunks", wide_chunks_option(flags)), *((("row_gather", True),) if row_gather else ()),
         )  # fmt: skip
         launches.append(
             Launch(
@@ -450,10 +475,10 @@ def _vec_gather(rows: int, width: int, k: int, traits: GpuTraits) -> Launch:
     return Launch("vec", spec, (k,), grid, "1-byte accesses, 4 in flight a thread, persistent grid")
 
 
-def _rect(direction: str, width: int, rows: int, vectors: int, group: list[int]) -> Launch:
-    """Adjacent chunks as 2-D tiles of ``width``-byte accesses over their window, one tile
-    per CTA."""
-    from .fastcat_rect import GRID_Y_MAX, rect_cols
+def _rect_shape(width: int, vectors: int, chunks: int) -> tuple[int, int, int]:
+    """(block, unroll, cols) of the rect launch for a window of ``vectors`` accesses of
+    ``width`` bytes over ``chunks`` chunks."""
+    from .fastcat_rect import rect_cols
 
     # Measured on H200 over gathers, scatters, splits and concats (docs/perf/kernels.md,
     # lab/data/grid-study-h200.json): 16-byte accesses 2 a thread in 128-thread CTAs (4 KB) where
@@ -470,13 +495,28 @@ def _rect(direction: str, width: int, rows: int, vectors: int, group: list[int])
     if width == 16:
         if vectors >= 512:
             block, unroll = 256, 8
-        elif len(group) == 1 and vectors & (vectors - 1) == 0:
+        elif chunks == 1 and vectors & (vectors - 1) == 0:
             block, unroll = 256, 1
         else:
             block, unroll = 128, 2
     else:
         block, unroll = 128, min(8, 32 // width)
-    cols = rect_cols(vectors, block, unroll)
+    return block, unroll, rect_cols(vectors, block, unroll)
+
+
+def _rect_columns_used(width: int, vectors: int, chunks: int) -> float:
+    """The share of rect's columns that hold a vector: a row of ``vectors`` in column
+    tiles of a power of two of them."""
+    cols = _rect_shape(width, vectors, chunks)[2]
+    return vectors / (cols * -(-vectors // cols))
+
+
+def _rect(direction: str, width: int, rows: int, vectors: int, group: list[int]) -> Launch:
+    """Adjacent chunks as 2-D tiles of ``width``-byte accesses over their window, one tile
+    per CTA."""
+    from .fastcat_rect import GRID_Y_MAX
+
+    block, unroll, cols = _rect_shape(width, vectors, len(group))
     tile_rows = block * unroll // cols
     spec = (
         ("direction", direction), ("width", width), ("cols", cols), ("chunks", len(group)),

@@ -18,11 +18,13 @@ by granule or byte by byte, each access guarded to lie inside the range, so alth
 tiles start before ``row_ptr``, no byte outside the arrays is ever touched (see
 :meth:`FastcatTile.footprints`).
 
-The kernel is written in five modules: this one holds the class (its options, memory
-contract, prologue and main loop); :mod:`.tile_rows` the row-side phases,
-:mod:`.tile_chunks` the chunk table and the walks over chunk vectors,
-:mod:`.tile_gather_scatter` the chunk side's gathers and scatters (mixins of
-:class:`FastcatTile`), and :mod:`.tile_emitter` the emitter they all write through.
+The kernel is written in seven modules: this one holds the class (its memory contract,
+prologue and main loop); :mod:`.tile_options` the values its options take and its
+shared-memory layout; :mod:`.tile_rows` the row-side phases, :mod:`.tile_chunks` the
+chunk table and the walks over chunk vectors, :mod:`.tile_gather_scatter` the chunk
+side's gathers and scatters, :mod:`.tile_row_gather` the forward row vectors read
+straight out of the staging area (mixins of :class:`FastcatTile`), and
+:mod:`.tile_emitter` the emitter they all write through.
 """
 
 from __future__ import annotations
@@ -39,7 +41,19 @@ from ..targets import resolve_target, target_capability
 from .fastcat_common import check_dependent_launch, emit_dependent_launch
 from .tile_chunks import _TABLE_ENTRY
 from .tile_emitter import _Emitter
-from .tile_gather_scatter import TileGatherScatter
+from .tile_options import (
+    _BLOCKS,
+    _GRANULES,
+    _SHARED_LIMIT,
+    _UNROLLS,
+    _pick,
+    _resident_ctas,
+    _shared_layout,
+    _wide_flags,
+    _word_windows,
+    wide_chunks_option,
+)  # fmt: skip
+from .tile_row_gather import ROW_GATHER_PAD, TileRowGather
 from .tile_rows import TileRows
 
 __all__ = ["LOADERS", "MAX_CHUNKS", "FastcatTile", "wide_chunks_option"]
@@ -48,73 +62,19 @@ __all__ = ["LOADERS", "MAX_CHUNKS", "FastcatTile", "wide_chunks_option"]
 # per-chunk code; 32 keeps the kernel under ~4K SASS instructions.
 MAX_CHUNKS = 32
 LOADERS = ("regs", "cp.async", "bulk")
-_GRANULES = (16, 8, 4, 2, 1)
-_BLOCKS = (64, 128, 256, 512, 1024)
-_UNROLLS = (1, 2, 4, 8)
-_SHARED_LIMIT = 48 * 1024  # static shared memory a kernel may declare
-# Word windows (a byte-granule gather, see TileGatherScatter._word_gather) read the five
-# aligned words from the one holding a window's first byte: up to 3 bytes past the last
-# byte of a vector the tile holds, never before its first. The tile's array has 16 more.
-_WINDOW_PAD = 16
 _U64, _U32 = Scalar("u64"), Scalar("u32")
 _BYTES_IN, _BYTES_OUT = Pointer("u8", writes=False), Pointer("u8")
 
 
-def _pick(value: object, what: str, allowed: tuple[int, ...]) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value not in allowed:
-        raise ValueError(f"{what} = {value!r} is not accepted; accepted: {', '.join(map(str, allowed))}")
-    return value
-
-
-def _word_windows(direction: str, granule: int, wide: tuple[bool, ...], loader: str) -> bool:
-    """Whether the gather reads some chunk's vectors as two windows of aligned words
-    (backward, byte granule, a chunk at least 16 bytes wide, one stage loaded through
-    registers)."""
-    return direction == "backward" and granule == 1 and any(wide) and loader == "regs"
-
-
-def _wide_flags(wide_chunks: object, chunks: int) -> tuple[bool, ...]:
-    """``wide_chunks`` as one flag a chunk: True or False for every chunk, or a tuple of
-    ``chunks`` bools."""
-    if isinstance(wide_chunks, bool):
-        return (wide_chunks,) * chunks
-    if (
-        isinstance(wide_chunks, tuple)
-        and len(wide_chunks) == chunks
-        and all(isinstance(w, bool) for w in wide_chunks)
-    ):
-        return wide_chunks
-    raise TypeError(
-        f"wide_chunks must be True, False or a tuple of {chunks} bools (one a chunk), not {wide_chunks!r}"
-    )
-
-
-def wide_chunks_option(flags: tuple[bool, ...]) -> bool | tuple[bool, ...]:
-    """``wide_chunks`` for one flag a chunk: one value for a uniform group (so that a tuple
-    of equal flags is the same kernel, and ids and plans show it as one), else the tuple."""
-    return flags[0] if len(set(flags)) == 1 else flags
-
-
-def _shared_layout(
-    direction: str, chunks: int, granule: int, tile_bytes: int, loader: str, wide: tuple[bool, ...]
-) -> tuple[int, int, int, int]:
-    """(stages, staging, word-window padding, total): the kernel's static shared memory, in
-    bytes, beside the chunk table and the bulk loader's mbarriers."""
-    stages = 2 if (direction == "backward" and loader != "regs") else 1
-    staging = tile_bytes + 32 * chunks if (direction == "forward" and loader == "cp.async") else 0
-    windows = _WINDOW_PAD if _word_windows(direction, granule, wide, loader) else 0
-    total = tile_bytes * stages + windows + staging + _TABLE_ENTRY * chunks + (16 if loader == "bulk" else 0)
-    return stages, staging, windows, total
-
-
 # The phases live in mixins: the row side in TileRows (tile_rows.py), the chunk side in
 # TileGatherScatter over TileChunks (tile_gather_scatter.py, tile_chunks.py).
-class FastcatTile(TileRows, TileGatherScatter, KernelBase):
+class FastcatTile(TileRows, TileRowGather, KernelBase):
     """Shared-memory tile kernel for channel concatenation at any alignment.
 
     ``FastcatTile(direction=, chunks=, granule=, whole_rows=True, unroll=4, block=256,
-    loader="regs", wide_chunks=False, target="sm_90", dependent_launch=False)`` (the prototype's
-    ``tile_kernel`` arguments, and programmatic dependent launch, see
+    loader="regs", wide_chunks=False, row_gather=False, target="sm_90",
+    dependent_launch=False)`` (the prototype's ``tile_kernel`` arguments, and
+    programmatic dependent launch, see
     :func:`~ptxgen.kernels.fastcat_common.emit_dependent_launch`).
     ``chunks`` adjacent chunks (a group) are written (backward) or read (forward) in one
     pass over the row side. ``whole_rows``: the group covers every column (fused
@@ -131,6 +91,11 @@ class FastcatTile(TileRows, TileGatherScatter, KernelBase):
     word windows of :meth:`_word_gather`) rather than carried one by one. True or False
     for every chunk, or a tuple of one flag a chunk: the per-chunk code is written chunk
     by chunk, so one narrow chunk keeps the carried walk for itself alone.
+    ``row_gather`` (forward through cp.async, whole rows): no tile image; each row-side
+    vector is read straight out of the staging area as windows of aligned words, two
+    where every chunk is wide, else one a piece (:mod:`.tile_row_gather`), where the
+    scatter stored a chunk vector into the tile a granule at a time and the tile was read
+    back after one more barrier.
 
     Arguments: ``row_ptr, row_bytes, row_pitch, rows``, then per chunk
     ``chunk{k}_ptr, chunk{k}_off, chunk{k}_width``.
@@ -165,6 +130,7 @@ class FastcatTile(TileRows, TileGatherScatter, KernelBase):
         block: int = 256,
         loader: str = "regs",
         wide_chunks: bool | tuple[bool, ...] = False,
+        row_gather: bool = False,
         target: str | None = "sm_90",
         dependent_launch: bool = False,
     ) -> Hashable:
@@ -193,32 +159,40 @@ class FastcatTile(TileRows, TileGatherScatter, KernelBase):
             raise ValueError(f"loader 'bulk' needs sm_90 or newer, not {target}")
         if loader == "bulk" and not whole_rows:
             raise ValueError("loader 'bulk' copies whole tiles: it needs whole_rows=True")
-        shared = _shared_layout(direction, chunks, granule, 16 * unroll * block, loader, wide)[-1]
+        if not isinstance(row_gather, bool):
+            raise TypeError(f"row_gather must be True or False, not {row_gather!r}")
+        if row_gather and not (direction == "forward" and loader == "cp.async" and whole_rows):
+            raise ValueError(
+                "row_gather reads the row side's vectors out of the cp.async staging area: it needs "
+                "direction 'forward', loader 'cp.async' and whole_rows=True"
+            )
+        shared = _shared_layout(direction, chunks, granule, 16 * unroll * block, loader, wide, row_gather)[-1]
         if shared > _SHARED_LIMIT:
             raise ValueError(
                 f"{shared} bytes of static shared memory; at most {_SHARED_LIMIT} (16*unroll*block per "
                 f"stage, staging for forward cp.async, {_TABLE_ENTRY} a chunk for the chunk table)"
             )
         pdl = check_dependent_launch(dependent_launch, target)
-        return (direction, chunks, granule, whole_rows, unroll, block, loader, wide_chunks, target, pdl)
+        options = (unroll, block, loader, wide_chunks, row_gather)
+        return (direction, chunks, granule, whole_rows, *options, target, pdl)
 
     def __init__(self, **kwargs: Any) -> None:
         key = self.cache_key(**kwargs)
         (self.direction, self.chunks, self.granule, self.whole_rows, self.unroll, self.block_size,
-         self.loader, self.wide_chunks, self.target, self.dependent_launch) = key  # fmt: skip
+         self.loader, self.wide_chunks, self.row_gather, self.target,
+         self.dependent_launch) = key  # fmt: skip
         self.name = f"fastcat_tile_{self.direction}"  # type: ignore[misc]
         self.tile_bytes = 16 * self.unroll * self.block_size
         self.wide = _wide_flags(self.wide_chunks, self.chunks)
         self.chunk_wide = False  # the flag of the chunk whose code is being written
         self.word_windows = _word_windows(self.direction, self.granule, self.wide, self.loader)
-        self.stages, staging, self.window_pad, self.shared_bytes = _shared_layout(
-            self.direction, self.chunks, self.granule, self.tile_bytes, self.loader, self.wide
-        )
+        layout = (self.direction, self.chunks, self.granule, self.tile_bytes, self.loader, self.wide)
+        self.stages, staging, self.window_pad, self.shared_bytes = _shared_layout(*layout, self.row_gather)
         self.block = (self.block_size, 1, 1)
         rows_tag = "rows" if self.whole_rows else "cols"
         self.id = (
             f"{self.name}__g{self.granule}__k{self.chunks}__{rows_tag}__u{self.unroll}"
-            f"__b{self.block_size}__{self.loader}{self._wide_tag()}"
+            f"__b{self.block_size}__{self.loader}{self._wide_tag()}{'__rg' if self.row_gather else ''}"
             f"{'__pdl' if self.dependent_launch else ''}__{self.target}"
         )
         self.info = {
@@ -232,6 +206,7 @@ class FastcatTile(TileRows, TileGatherScatter, KernelBase):
             "loader": self.loader,
             "wide_chunks": self.wide_chunks,
             "tile_bytes": self.tile_bytes,
+            **({"row_gather": True} if self.row_gather else {}),
             **({"dependent_launch": True} if self.dependent_launch else {}),
         }
         backward = self.direction == "backward"
@@ -350,16 +325,16 @@ class FastcatTile(TileRows, TileGatherScatter, KernelBase):
         fn = module.entry(self.entry_point_name)
         self.params = {n: fn.param(n, t.ptx_type) for n, t in zip(self.arg_names, self.arg_types)}
         fn.directive(".maxntid", B, 1, 1)
-        # Several resident blocks keep loads in flight while others re-index; it also
-        # steadies ptxas, which otherwise spilled a few bytes in small configurations.
-        # Forward through registers holds `unroll` loaded vectors across the scatter: ask
-        # for fewer. (Through cp.async it holds none: at 72 registers, a byte granule's
-        # two-piece walk would have left three 256-thread CTAs an SM instead of four.)
-        fwd = 2 if self.direction == "forward" and self.loader == "regs" else 1
-        fn.directive(".minnctapersm", max(1, min(1024 // B, 16 // self.unroll) // fwd))
+        # Several resident CTAs keep loads in flight while others re-index (tile_options).
+        windows = sum(self.wide) if self.word_windows else 0
+        resident = _resident_ctas(
+            self.direction, self.loader, self.unroll, B, self.target, windows, self.row_gather
+        )
+        fn.directive(".minnctapersm", resident)
         if self.dependent_launch:
             emit_dependent_launch(fn)
-        self.smem = fn.shared("tile_smem", T * self.stages + self.window_pad, align=16)
+        tile_image = T * self.stages + self.window_pad  # none for the row gather
+        self.smem = fn.shared("tile_smem", tile_image, align=16) if tile_image else None
         self.staging_arr = fn.shared("tile_staging", staging, align=16) if staging else None
         self.mbar_arr = fn.shared("tile_mbar", 16, align=8) if self.loader == "bulk" else None
         self.table_arr = fn.shared("tile_chunks", _TABLE_ENTRY * self.chunks, align=16)
@@ -401,7 +376,8 @@ class FastcatTile(TileRows, TileGatherScatter, KernelBase):
         e("mov.u32", "thread", SPECIAL_REGS["tid.x"])
         e("mov.u32", "tile", SPECIAL_REGS["ctaid.x"], why="tiles are handed out grid-stride")
         e("mov.u32", "grid", SPECIAL_REGS["nctaid.x"])
-        e("mov.u32", "smem", self.smem, why="shared address of stage 0")
+        if self.smem is not None:
+            e("mov.u32", "smem", self.smem, why="shared address of stage 0")
         e.reg("u32", "ctab", "warp")
         e.reg("pred", "lane0")
         e("mov.u32", "ctab", self.table_arr, why="the chunk table: where each chunk's bytes of the tile are")
@@ -460,10 +436,13 @@ class FastcatTile(TileRows, TileGatherScatter, KernelBase):
         e = self.e
         self._prologue()
         e.reg("u32", "stage", "other")
-        e("mov.u32", "stage", "smem")
+        if self.smem is not None:
+            e("mov.u32", "stage", "smem")
         if self._fwd_async:
             e.reg("u32", "staging")
             e("mov.u32", "staging", self.staging_arr)
+            if self.row_gather:
+                e("add.u32", "staging", "staging", ROW_GATHER_PAD, why="past the windows' padding")
         if self.loader == "bulk":
             e.reg("u32", "mbar", "phase", "mb_now")
             e.reg("pred", "leader0", "ready")
@@ -476,7 +455,7 @@ class FastcatTile(TileRows, TileGatherScatter, KernelBase):
             e("mbarrier.init.shared::cta.b64", e.at("tmp32"), 1, guard="leader0")
             e("fence.proxy.async.shared::cta", why="make the initialised barriers visible to the copy engine")
             e("bar.sync", 0)
-        if self.stages == 1:
+        if self.stages <= 1:
             top = e.label("TILE_LOOP")
             e.place(top)
             e("setp.ge.u32", "pr", "tile", "n_tiles")
@@ -492,12 +471,16 @@ class FastcatTile(TileRows, TileGatherScatter, KernelBase):
                 self._next_row_state()
                 self._fill_chunk_table()
                 e("bar.sync", 0, why="the chunk table is in shared memory")
-                if self.loader == "cp.async":
-                    self._scatter_chunks_async("stage")
+                if self.row_gather:  # no tile image: the row vectors straight from staging
+                    self._stage_for_rows()
+                    self._gather_rows()
                 else:
-                    self._scatter_chunks("stage")
-                e("bar.sync", 0, why="every chunk's bytes are in the tile")
-                self._store_rows("stage")
+                    if self.loader == "cp.async":
+                        self._scatter_chunks_async("stage")
+                    else:
+                        self._scatter_chunks("stage")
+                    e("bar.sync", 0, why="every chunk's bytes are in the tile")
+                    self._store_rows("stage")
             e("bar.sync", 0, why="everyone is done with the tile before it is refilled")
             self._advance()
             e.bra(top)

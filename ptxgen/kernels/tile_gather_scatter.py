@@ -179,31 +179,52 @@ class TileGatherScatter(TileChunks):
         byte, which for a vector the tile holds whole is the tile's last at the latest:
         ``FastcatTile`` gives the tile's array 16 bytes more."""
         e = self.e
-        second = e.data("wb", 16)
-        e.reg("u32", "left", "wb_base", "w_at", "w_sh", "w_bits", "w_mask", "w_diff")
-        e.reg("b32", *[f"w{i}" for i in range(5)])
+        e.reg("u32", "left", "wb_base")
         e.reg("pred", "two_pieces")
         e("sub.u32", "left", "c_w", "rem", why="bytes of this row's piece from the vector's first on")
         e("setp.lt.u32", "two_pieces", "left", 16)
         e("add.u32", "wb_base", "s", "c_jump", why="where byte 0 would be in the next row's piece")
         e("selp.u32", "wb_base", "wb_base", "s", "two_pieces", why="one piece: read the first window again")
-        for base, regs in (("s", out), ("wb_base", second)):
-            e("and.b32", "w_at", base, -4, why="the aligned word holding the window's byte 0")
-            e("and.b32", "w_sh", base, 3)
-            e("shl.b32", "w_sh", "w_sh", 3, why="... and that byte's bit in it")
-            for i in range(5):
-                e("ld.shared.u32", f"w{i}", e.at("w_at", 4 * i))
-            for j in range(4):
-                why = "window word j" if j == 0 else ""
-                e("shf.r.clamp.b32", regs[j], f"w{j}", f"w{j + 1}", "w_sh", why=why)
-        e("shl.b32", "w_bits", "left", 3, why="bits of word 0 from the first piece")
+        self._merge_windows(out, "s", "wb_base", "left")
+
+    def _merge_windows(self, out: list[str], first: str, second_base: str, left: str) -> None:
+        """%out = 16 bytes: the first %left (at most 16) from the shared window at %first,
+        the rest from the window at %second_base (where byte 0 of the vector would be in
+        the second piece): two windows (:meth:`_window`), merged under a mask of the
+        second piece's bytes (:meth:`_merge_from`)."""
+        second = self.e.data("wb", 16)
+        self._window(out, first)
+        self._window(second, second_base)
+        self._merge_from(out, second, left)
+
+    def _window(self, regs: list[str], base: str) -> None:
+        """%regs = the 16 shared bytes from %base at any alignment: five aligned words
+        and four funnel shifts. Reads up to 19 bytes past %base, never before it."""
+        e = self.e
+        e.reg("u32", "w_at", "w_sh")
+        e.reg("b32", *[f"w{i}" for i in range(5)])
+        e("and.b32", "w_at", base, -4, why="the aligned word holding the window's byte 0")
+        e("and.b32", "w_sh", base, 3)
+        e("shl.b32", "w_sh", "w_sh", 3, why="... and that byte's bit in it")
+        for i in range(5):
+            e("ld.shared.u32", f"w{i}", e.at("w_at", 4 * i))
+        for j in range(4):
+            why = "window word j" if j == 0 else ""
+            e("shf.r.clamp.b32", regs[j], f"w{j}", f"w{j + 1}", "w_sh", why=why)
+
+    def _merge_from(self, out: list[str], other: list[str], left: str) -> None:
+        """%out's bytes from byte %left on replaced by %other's, word by word under a mask
+        (none where %left is 16 or more)."""
+        e = self.e
+        e.reg("u32", "w_bits", "w_mask", "w_diff")
+        e("shl.b32", "w_bits", left, 3, why="bits of word 0 from the first piece")
         for j in range(4):
             if j:
                 why = "bits of word j from the first piece" if j == 1 else ""
                 e("max.u32", "w_bits", "w_bits", 32, why=why)
                 e("sub.u32", "w_bits", "w_bits", 32)
             e("shl.b32", "w_mask", -1, "w_bits", why="the second piece's bytes (none past 32 bits)")
-            e("xor.b32", "w_diff", out[j], second[j])
+            e("xor.b32", "w_diff", out[j], other[j])
             e("and.b32", "w_diff", "w_diff", "w_mask")
             e("xor.b32", out[j], out[j], "w_diff", why="first piece's bytes, then the second's")
 

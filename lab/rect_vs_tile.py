@@ -8,6 +8,12 @@ planned op against the same op with ``RECT_GRANULE`` raised past 16 (so the tile
 takes them), each against the flat copy of the same bytes, every result checked.
 
     PYTHONPATH=.:scripts:lab python lab/rect_vs_tile.py --seeds 20261203,20261204,20261205 -o out.json
+
+``--client``: instead, the splits of YOLO's C2f/SPPF pieces at 640 px (80x80 × (64+64+64)
+and (16+16+32), 40x40 × 3·128, 20x20 × 4·256) at batch 1, 4, 16 and 64, bf16 and f32:
+the planned tile against ``rect``, which the planner took for them before it sent
+whole-row splits at 8- and 16-byte granules to the tile (forced here by raising
+``SMALL_OP_BYTES``, under which a window of any granule goes to rect).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", default="20261203,20261204,20261205")
     p.add_argument("--shapes", type=int, default=64)
     p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--client", action="store_true", help="the YOLO splits at batch 1-64 instead")
     p.add_argument("-o", "--output", type=Path, required=True)
     args = p.parse_args(argv)
     import torch
@@ -42,7 +49,12 @@ def main(argv: list[str] | None = None) -> int:
 
     bench = Bench(torch, reps=args.reps, warmup=3)
     cases = []
-    for seed in map(int, args.seeds.split(",")):
+    client = [(80 * 80, (64, 64, 64)), (80 * 80, (16, 16, 32)), (40 * 40, (128,) * 3), (20 * 20, (256,) * 4)]
+    for batch in (1, 4, 16, 64) if args.client else ():
+        for hw, sizes in client:
+            for dt in ("bf16", "f32"):
+                cases.append((0, "split", dt, batch * hw, sizes))
+    for seed in map(int, args.seeds.split(",")) if not args.client else ():
         for c in sweep_cases(args.shapes, seed):
             op = "backward" if c.op == "split" else "forward"
             plan = runtime.ops.plan_for(op, c.dtype, c.rows, c.sizes)
@@ -50,30 +62,35 @@ def main(argv: list[str] | None = None) -> int:
             if "rect" in families:  # the sweep's shapes are 64 MB a side or more: no small ops
                 cases.append((seed, c.op, c.dtype, c.rows, tuple(c.sizes)))
     results = []
-    original = fastcat.RECT_GRANULE
+    forced = ("rect", "SMALL_OP_BYTES", 1 << 40) if args.client else ("tile", "RECT_GRANULE", 32)
     for seed, op, dt, rows, sizes in cases:
         call, exact, reset, wide = case_calls(torch, runtime, op, dt, rows, sizes)
         flat_src, flat_dst = wide.view(-1), torch.empty_like(wide).view(-1)
         flat_us, _ = bench.gpu_us(lambda dst=flat_dst, src=flat_src: dst.copy_(src))
         entry: dict[str, Any] = {"seed": seed, "op": op, "dtype": dt, "rows": rows, "sizes": list(sizes)}
         entry["flat_us"] = flat_us
-        for name, granule in (("planned", original), ("tile", 32)):
-            fastcat.RECT_GRANULE = granule
+        for name, value in (("planned", None), (forced[0], forced[2])):
+            kept = getattr(fastcat, forced[1])
+            if value is not None:
+                setattr(fastcat, forced[1], value)
             runtime.ops.clear_plans()
             reset()
             try:
+                plan = runtime.ops.plan_for("backward" if op == "split" else "forward", dt, rows, sizes)
                 us, _ = bench.gpu_us(call)
                 torch.cuda.synchronize()
-                entry[name] = {"us": round(us, 2), "of_flat": round(flat_us / us, 4), "correct": exact()}
+                entry[name] = {"us": round(us, 2), "of_flat": round(flat_us / us, 4), "correct": exact(),
+                               "kernels": [s.kernel.id for s in plan.steps]}  # fmt: skip
             finally:
-                fastcat.RECT_GRANULE = original
+                setattr(fastcat, forced[1], kept)
                 runtime.ops.clear_plans()
         shown = f"{op:6} {dt:4} {rows}x({'+'.join(map(str, sizes))})"
-        planned, tile = entry["planned"]["of_flat"], entry["tile"]["of_flat"]
-        print(f"{shown}: planned {planned:.3f} tile {tile:.3f}", flush=True)
+        planned, other = entry["planned"], entry[forced[0]]
+        print(f"{shown}: planned {planned['of_flat']:.3f} ({planned['us']} us) {forced[0]} "
+              f"{other['of_flat']:.3f} ({other['us']} us)", flush=True)  # fmt: skip
         results.append(entry)
     summary = {}
-    for name in ("planned", "tile"):
+    for name in ("planned", forced[0]):
         for op in ("split", "concat"):
             got = [r[name]["of_flat"] for r in results if r["op"] == op]
             if got:

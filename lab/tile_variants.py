@@ -170,6 +170,117 @@ def resident_tile(ctas: int) -> Any:
     return ResidentTile
 
 
+# The row gather's windows (tile-variants-15): ``planned`` reads a one-piece vector's
+# second window as one broadcast and, at granules of 4 bytes or more, aligned windows;
+# ``rg_old`` is the kernel before both (the first window read again, five words and
+# funnel shifts at every granule); ``rg_bcast`` the broadcast alone; ``rg_v4`` the
+# planned kernel with each window below an 8-byte granule read as two aligned 16-byte
+# vectors and put in place by selects (8 shared wavefronts a warp's window, against up to
+# 20 for five words 4-way conflicted; 11-15 more instructions).
+# ``bw_old``: the backward word windows as before (a one-piece vector's second window
+# read at its first again, in every thread), where the planned kernel branches past it.
+WINDOWS = ("rg_old", "rg_bcast", "rg_v4", "bw_old")
+FORWARD_ONLY += [(name, {}, None) for name in WINDOWS[:3]]
+BACKWARD_ONLY += [(WINDOWS[3], {}, None)]
+
+
+def _old_window(self: Any, regs: list[str], base: str) -> None:
+    e = self.e
+    e.reg("u32", "w_at", "w_sh")
+    e.reg("b32", *[f"w{i}" for i in range(5)])
+    e("and.b32", "w_at", base, -4)
+    e("and.b32", "w_sh", base, 3)
+    e("shl.b32", "w_sh", "w_sh", 3)
+    for i in range(5):
+        e("ld.shared.u32", f"w{i}", e.at("w_at", 4 * i))
+    for j in range(4):
+        e("shf.r.clamp.b32", regs[j], f"w{j}", f"w{j + 1}", "w_sh")
+
+
+def _old_merge_from(self: Any, out: list[str], other: list[str], left: str) -> None:
+    e = self.e
+    e.reg("u32", "w_bits", "w_mask", "w_diff")
+    e("shl.b32", "w_bits", left, 3)
+    for j in range(4):
+        if j:
+            e("max.u32", "w_bits", "w_bits", 32)
+            e("sub.u32", "w_bits", "w_bits", 32)
+        e("shl.b32", "w_mask", -1, "w_bits")
+        e("xor.b32", "w_diff", out[j], other[j])
+        e("and.b32", "w_diff", "w_diff", "w_mask")
+        e("xor.b32", out[j], out[j], "w_diff")
+
+
+def _v4_window(self: Any, regs: list[str], base: str) -> None:
+    """Two aligned 16-byte loads from the vector holding the window's byte 0, then the
+    window's words chosen by the offset's bits 3 and 2 (selects) and 1-0 (funnel shifts).
+    Reads up to 31 bytes past %base: inside the staging area's 32 bytes of padding."""
+    e, g = self.e, self.granule
+    e.reg("u32", "w_at", "w_q", "w_sh")
+    v = [f"v4w{i}" for i in range(8)]
+    t = [f"v4t{i}" for i in range(6)]
+    u = [f"v4u{i}" for i in range(5)]
+    e.reg("b32", *v, *t, *u)
+    e.reg("pred", "w_p8", "w_p4")
+    e("and.b32", "w_at", base, -16)
+    e("ld.shared.v4.u32", v[:4], e.at("w_at"))
+    e("ld.shared.v4.u32", v[4:], e.at("w_at", 16))
+    e("and.b32", "w_q", base, 8)
+    e("setp.ne.u32", "w_p8", "w_q", 0)
+    e("and.b32", "w_q", base, 4)
+    e("setp.ne.u32", "w_p4", "w_q", 0)
+    for i in range(6):
+        e("selp.b32", t[i], v[i + 2], v[i], "w_p8")
+    if g == 4:
+        for j in range(4):
+            e("selp.b32", regs[j], t[j + 1], t[j], "w_p4")
+        return
+    for j in range(5):
+        e("selp.b32", u[j], t[j + 1], t[j], "w_p4")
+    e("and.b32", "w_sh", base, 3)
+    e("shl.b32", "w_sh", "w_sh", 3)
+    for j in range(4):
+        e("shf.r.clamp.b32", regs[j], u[j], u[j + 1], "w_sh")
+
+
+def window_tile(name: str) -> Any:
+    """``FastcatTile`` with the row gather's windows as in variant ``name`` (WINDOWS)."""
+    from ptxgen.kernels.fastcat_tile import FastcatTile
+
+    class WindowTile(FastcatTile):
+        def _merge_windows(self, out: list[str], first: str, second_base: str, left: str) -> None:
+            if name == "rg_old" and self.direction == "forward":
+                # a one-piece vector's second window at its first again, as before
+                self.e("selp.u32", second_base, second_base, first, "rg_two")
+            super()._merge_windows(out, first, second_base, left)
+
+        def _word_gather(self, out: list[str]) -> None:
+            if name != "bw_old":
+                return super()._word_gather(out)
+            e = self.e
+            e.reg("u32", "left", "wb_base")
+            e.reg("pred", "two_pieces")
+            e("sub.u32", "left", "c_w", "rem")
+            e("setp.lt.u32", "two_pieces", "left", 16)
+            e("add.u32", "wb_base", "s", "c_jump")
+            e("selp.u32", "wb_base", "wb_base", "s", "two_pieces")
+            self._merge_windows(out, "s", "wb_base", "left")
+
+        def _window(self, regs: list[str], base: str) -> None:
+            if self.direction == "forward" and name in ("rg_old", "rg_bcast"):
+                return _old_window(self, regs, base)
+            if self.direction == "forward" and name == "rg_v4" and self.granule < 8:
+                return _v4_window(self, regs, base)
+            return super()._window(regs, base)
+
+        def _merge_from(self, out: list[str], other: list[str], left: str) -> None:
+            if self.direction == "forward" and name in ("rg_old", "rg_bcast"):
+                return _old_merge_from(self, out, other, left)
+            return super()._merge_from(out, other, left)
+
+    return WindowTile
+
+
 def base_factory(path: Path) -> Any:
     """A stand-in for ``FastcatTile`` built from an earlier copy of fastcat_tile.py (the
     keyword arguments it does not know dropped), loaded as ``lab/tile_study.py`` loads one."""
@@ -210,6 +321,8 @@ def run_case(
             fastcat_tile.FastcatTile = byte_walk_tile()
         elif name in RESIDENT:
             fastcat_tile.FastcatTile = resident_tile(RESIDENT[name])
+        elif name in WINDOWS:
+            fastcat_tile.FastcatTile = window_tile(name)
         runtime.ops.clear_plans()
         reset()
         try:
@@ -243,14 +356,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             torch.cuda.synchronize()
         return {}
     bench = Bench(torch, reps=args.reps, warmup=3)
-    cases = list(CASES)
+    cases = [c for c in CASES if c[0] in args.ops.split(",")]
     if args.sweep:
         from bench_cases import sweep_cases
 
         for c in sweep_cases(args.sweep, args.seed):
             op = "backward" if c.op == "split" else "forward"
             plan = runtime.ops.plan_for(op, c.dtype, c.rows, c.sizes)
-            if any(getattr(s.kernel, "info", {}).get("family") == "tile" for s in plan.steps):
+            tile = any(getattr(s.kernel, "info", {}).get("family") == "tile" for s in plan.steps)
+            if tile and c.op in args.ops.split(","):
                 cases.append((c.op, c.dtype, c.rows, tuple(c.sizes)))
     wanted = set(args.variants.split(",")) if args.variants else set()
     base = base_factory(args.base) if args.base else None
@@ -275,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sweep", type=int, default=0, help="also the sweep's shapes where a tile runs")
     p.add_argument("--seed", type=int, default=20261201)
     p.add_argument("--variants", default="", help="comma-separated variant names (default: all)")
+    p.add_argument("--ops", default="split,concat", help="comma-separated: split, concat (default both)")
     p.add_argument("-o", "--output", type=Path, default=OUT)
     args = p.parse_args(argv)
     record = run(args)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -61,6 +62,7 @@ _tensor_class: list[type | None] = [None]  # torch.Tensor, once torch has been i
 # Each is called with torch.Tensor when torch is first seen: runtime.ops binds its C path
 # so, which this module, imported by it, cannot name.
 _torch_seen: list[Callable[[type], None]] = []
+_binding = threading.Lock()
 
 
 def torch_tensor_class() -> type | None:
@@ -70,13 +72,17 @@ def torch_tensor_class() -> type | None:
     tensor = _tensor_class[0]
     if tensor is not None:
         return tensor
-    torch = sys.modules.get("torch")
-    if torch is None:
+    # A torch another thread is still importing is in sys.modules without its Tensor yet:
+    # not torch until it has one (and not remembered).
+    tensor = getattr(sys.modules.get("torch"), "Tensor", None)
+    if not isinstance(tensor, type):
         return None
-    for seen in _torch_seen:
-        seen(torch.Tensor)
-    _tensor_class[0] = torch.Tensor
-    return torch.Tensor
+    with _binding:  # the first callers of two threads bind the C path once
+        if _tensor_class[0] is None:
+            for seen in _torch_seen:
+                seen(tensor)
+            _tensor_class[0] = tensor
+    return _tensor_class[0]
 
 
 def _torch_array(value: Any) -> _Array | None:

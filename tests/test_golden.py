@@ -100,6 +100,20 @@ FASTCAT_CASES = [
             target="sm_90",
         ),
     ),
+    (  # ... at a 4-byte granule: aligned windows, no shifts, each word one piece's or the other's
+        ptxgen.kernels.FastcatTile,
+        dict(
+            direction="forward",
+            chunks=2,
+            granule=4,
+            unroll=1,
+            block=64,
+            loader="cp.async",
+            wide_chunks=True,
+            row_gather=True,
+            target="sm_90",
+        ),
+    ),
     (  # ... and beside a narrow chunk: a window a piece
         ptxgen.kernels.FastcatTile,
         dict(

@@ -68,13 +68,18 @@ def _payload(array, nbytes: int, shift: int) -> np.ndarray:
 # 16 KB tiles (unroll 4) are what the planner launches; 32 KB ones fit static shared
 # memory only without staging (regs).
 # Chunks 16 bytes or wider: the two-piece walk (wide_chunks), on the planner's tiles.
-SHAPES = [(*mode, unroll, False) for mode in MODES for unroll in ((4, 8) if mode[1] == "regs" else (4,))]
-SHAPES += [(*mode, 4, True) for mode in MODES]
+SHAPES = [
+    (*mode, unroll, False, False) for mode in MODES for unroll in ((4, 8) if mode[1] == "regs" else (4,))
+]
+SHAPES += [(*mode, 4, True, False) for mode in MODES]
+# The row gather (forward, cp.async, whole rows), in the 32 KB tiles the planner launches
+# and in 16 KB ones: two windows a vector where every chunk is wide, else a window a piece.
+SHAPES += [("forward", "cp.async", True, unroll, wide, True) for unroll in (4, 8) for wide in (True, False)]
 
 
 @pytest.mark.parametrize("granule", GRANULES)
-@pytest.mark.parametrize("direction, loader, whole, unroll, wide", SHAPES, ids=lambda v: str(v))
-def test_tile_kernel(dev, direction, loader, whole, unroll, wide, granule):
+@pytest.mark.parametrize("direction, loader, whole, unroll, wide, gather", SHAPES, ids=lambda v: str(v))
+def test_tile_kernel(dev, direction, loader, whole, unroll, wide, gather, granule):
     rng = np.random.default_rng()
     widths, ids = _layout(granule, whole, wide)
     pitch = sum(widths)
@@ -84,7 +89,7 @@ def test_tile_kernel(dev, direction, loader, whole, unroll, wide, granule):
     spec = (
         ("direction", direction), ("chunks", len(ids)), ("granule", granule), ("whole_rows", whole),
         ("unroll", unroll), ("block", 256), ("loader", loader), ("wide_chunks", wide),
-    )  # fmt: skip
+    ) + ((("row_gather", True),) if gather else ())  # fmt: skip
     launch = Launch("tile", spec, ids, 2, "test")
     kernel = launch.kernel(TARGET)
     fn = dev.load(kernel).function

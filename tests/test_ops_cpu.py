@@ -789,6 +789,22 @@ def test_a_first_torch_call_fills_the_quick_table(emulated, monkeypatch, launch_
     assert np.array_equal(emulated.read(out[1]._array, np.float32), data[:, 3:])
 
 
+def test_torch_half_imported_by_another_thread_is_not_torch_yet(monkeypatch):
+    """``import torch`` puts the module in sys.modules before it has ``Tensor``: a call
+    on another thread then meanwhile must not fail on the missing attribute, nor
+    remember "no torch"; once torch has its Tensor, the first caller binds it, once."""
+    tensor_class, bound = [None], []
+    monkeypatch.setattr(op_arrays, "_tensor_class", tensor_class)
+    monkeypatch.setattr(op_arrays, "_torch_seen", [bound.append])
+    half = SimpleNamespace()
+    monkeypatch.setitem(sys.modules, "torch", half)
+    assert op_arrays.torch_tensor_class() is None and tensor_class == [None] and not bound
+    half.Tensor = _FakeTensor
+    assert op_arrays.torch_tensor_class() is _FakeTensor
+    assert op_arrays.torch_tensor_class() is _FakeTensor
+    assert tensor_class == [_FakeTensor] and bound == [_FakeTensor]
+
+
 def test_the_quick_path_refuses_closed_empty_and_overlapping_arrays_beside_tensors(mixed):
     """A closed or empty DeviceArray has no launch key, like a torch tensor: it must not
     pass for one of the right dtype and device (a closed one's address is 0)."""

@@ -364,10 +364,16 @@ def _choose(
             # direction): splits ran faster as tiles on every one (median 0.917 -> 0.996 of
             # the flat copy, lowest 0.603 -> 0.950); concats faster as rect (0.920 against
             # 0.857) except where most of rect's columns idle (a row just past a power of
-            # two of vectors: 4,160-4,736-byte f64 rows 0.61-0.76 -> 0.83-0.88).
+            # two of vectors: 4,160-4,736-byte f64 rows 0.61-0.76 -> 0.83-0.88). Those
+            # splits were at 8-byte granules but three, where rect moves 8-byte accesses
+            # and the tile 16-byte vectors; at 16-byte granules (the three: ties; and
+            # lab/data/rect-vs-tile-client.json, YOLO's pieces at batch 1-64, 2-315 MB,
+            # every one faster as rect: median 0.964 -> 0.980 of the flat copy, lowest
+            # 0.844 -> 0.942) splits stay rect.
             vectors = window // granule
             idle = vectors > 256 and _rect_columns_used(granule, vectors, len(group)) < 0.6
-            if small_op or not whole or (direction == "forward" and not idle):
+            keep = not idle and (direction == "forward" or granule == 16)
+            if small_op or not whole or keep:
                 launches.append(_rect(direction, granule, rows, vectors, group))
                 continue
         # Backward: register-staged loads matched cp.async and cp.async.bulk on H200.

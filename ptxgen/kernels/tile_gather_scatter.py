@@ -7,7 +7,7 @@ by granule. Built on the table, ranges and walks of :mod:`.tile_chunks`.
 
 from __future__ import annotations
 
-from ..ptxtypes import Addr
+from ..ptxtypes import Addr, Label
 from .tile_chunks import _TABLE_ENTRY, TileChunks
 from .tile_emitter import _ACCESS
 
@@ -171,38 +171,60 @@ class TileGatherScatter(TileChunks):
         chunk at least 16 bytes wide): its first ``left = c_w - rem`` bytes start at %s,
         the rest at ``%s + c_jump + left``. Each piece is read as a window of 16 bytes,
         five aligned words put in place by four funnel shifts, and the two windows are
-        merged word by word under a mask of the second piece's bytes. Every thread runs
-        the same code, one piece or two (a one-piece vector reads its window twice), so
-        no warp runs two paths. That is 10 shared loads a vector where the byte walk made
-        16, each conflicted alike (lanes 16 bytes apart), and about half its instructions
-        (lab/README.md). A window's five words reach up to 3 bytes past the vector's last
-        byte, which for a vector the tile holds whole is the tile's last at the latest:
-        ``FastcatTile`` gives the tile's array 16 bytes more."""
+        merged word by word under a mask of the second piece's bytes. Only the threads
+        whose vector has a second piece read its window, past a branch: reading the first
+        window again in every thread (as this did before, so that no warp ran two paths)
+        cost 5 more shared loads a vector, 4-way conflicted, and most vectors of a wide
+        chunk lie in one piece. A broadcast read instead, as the row gather does
+        (``TileRowGather._gather_rows``), keeps one more register live, and this kernel
+        then spills at 48. That is 5 to 10 shared loads a vector where the byte walk made
+        16 (lab/README.md). A window's five words reach up to 3 bytes past the vector's
+        last byte, which for a vector the tile holds whole is the tile's last at the
+        latest: ``FastcatTile`` gives the tile's array 16 bytes more."""
         e = self.e
         e.reg("u32", "left", "wb_base")
         e.reg("pred", "two_pieces")
+        one = e.label("WG_ONE_PIECE")
+        second = e.data("wb", 16)
         e("sub.u32", "left", "c_w", "rem", why="bytes of this row's piece from the vector's first on")
+        self._window(out, "s")
         e("setp.lt.u32", "two_pieces", "left", 16)
+        e.bra(one, guard="two_pieces", neg=True, why="one piece: no second window")
         e("add.u32", "wb_base", "s", "c_jump", why="where byte 0 would be in the next row's piece")
-        e("selp.u32", "wb_base", "wb_base", "s", "two_pieces", why="one piece: read the first window again")
-        self._merge_windows(out, "s", "wb_base", "left")
+        self._window(second, "wb_base")
+        self._merge_from(out, second, "left")
+        e.place(one)
 
     def _merge_windows(self, out: list[str], first: str, second_base: str, left: str) -> None:
         """%out = 16 bytes: the first %left (at most 16) from the shared window at %first,
         the rest from the window at %second_base (where byte 0 of the vector would be in
-        the second piece): two windows (:meth:`_window`), merged under a mask of the
-        second piece's bytes (:meth:`_merge_from`)."""
+        the second piece, or any readable address where there is none), merged under a
+        mask of the second piece's bytes (:meth:`_merge_from`)."""
         second = self.e.data("wb", 16)
         self._window(out, first)
         self._window(second, second_base)
         self._merge_from(out, second, left)
 
     def _window(self, regs: list[str], base: str) -> None:
-        """%regs = the 16 shared bytes from %base at any alignment: five aligned words
-        and four funnel shifts. Reads up to 19 bytes past %base, never before it."""
-        e = self.e
+        """%regs = the 16 shared bytes from %base, a multiple of the granule. Below a
+        4-byte granule, at any alignment: five aligned words and four funnel shifts,
+        reading up to 19 bytes past %base, never before it. At a granule of 4, 8 or 16
+        bytes the window is that aligned: four words, two pairs or one vector, and no
+        shifts (the row gather at such granules: a third fewer shared wavefronts a window,
+        and 13 fewer instructions a vector with :meth:`_merge_from`'s word choice)."""
+        e, g = self.e, self.granule
+        words = [f"w{i}" for i in range(4 if g >= 4 else 5)]
+        e.reg("b32", *words)
+        if g >= 4:
+            for i in range(0, 4, g // 4):
+                part = words[i : i + g // 4]
+                kind = {1: "u32", 2: "v2.u32", 4: "v4.u32"}[len(part)]
+                why = "the window is aligned to the granule: no shifts" if i == 0 else ""
+                e(f"ld.shared.{kind}", part, e.at(base, 4 * i), why=why)
+            for j in range(4):
+                e("mov.b32", regs[j], words[j])
+            return
         e.reg("u32", "w_at", "w_sh")
-        e.reg("b32", *[f"w{i}" for i in range(5)])
         e("and.b32", "w_at", base, -4, why="the aligned word holding the window's byte 0")
         e("and.b32", "w_sh", base, 3)
         e("shl.b32", "w_sh", "w_sh", 3, why="... and that byte's bit in it")
@@ -214,8 +236,14 @@ class TileGatherScatter(TileChunks):
 
     def _merge_from(self, out: list[str], other: list[str], left: str) -> None:
         """%out's bytes from byte %left on replaced by %other's, word by word under a mask
-        (none where %left is 16 or more)."""
+        (none where %left is 16 or more). At a granule of 4 bytes or more %left is whole
+        words, and each word is one or the other."""
         e = self.e
+        if self.granule >= 4:
+            for j in range(4):
+                e("setp.gt.u32", "pr", left, 4 * j, why="word j is the first piece's" if j == 0 else "")
+                e("selp.b32", out[j], out[j], other[j], "pr")
+            return
         e.reg("u32", "w_bits", "w_mask", "w_diff")
         e("shl.b32", "w_bits", left, 3, why="bits of word 0 from the first piece")
         for j in range(4):
@@ -313,6 +341,21 @@ class TileGatherScatter(TileChunks):
             e.place(done)
             e("add.u32", "c_base", "c_base", "c_nvec")
 
+    def _staged_vector(self, done: Label) -> None:
+        """Chunk vector %j of this tile, for the cp.async staging passes: to ``done`` past
+        the chunk's last; else %a its address, %d its offset in the chunk, %vin whether
+        all 16 bytes lie inside the chunk, %st_addr where it is staged (16 * j from %st_off)."""
+        e = self.e
+        e("setp.ge.u32", "pr", "j", "c_nvec")
+        e.bra(done, guard="pr")
+        e("mul.wide.u32", "tmp64", "j", 16)
+        e("add.u64", "a", "c_vstart", "tmp64")
+        e("sub.s64", "d", "a", "c_ptr")
+        e("setp.ge.s64", "vin", "d", 0)
+        e("add.s64", "tmp64", "d", 16)
+        e("setp.le.and.s64", "vin", "tmp64", "c_lim", "vin", why="all 16 bytes inside the chunk")
+        e("mad.lo.u32", "st_addr", "j", 16, "st_off")
+
     def _scatter_chunks_async(self, stage: str) -> None:
         """Forward on sm_80+: first every chunk's vectors of this tile go to a staging area
         with cp.async (all in flight at once, no registers held), then they are scattered
@@ -335,15 +378,7 @@ class TileGatherScatter(TileChunks):
                 loop, nxt = e.label(f"A{k}_LOOP"), e.label(f"A{k}_NEXT")
                 self._first_vector("j")
                 e.place(loop)
-                e("setp.ge.u32", "pr", "j", "c_nvec")
-                e.bra(done, guard="pr")
-                e("mul.wide.u32", "tmp64", "j", 16)
-                e("add.u64", "a", "c_vstart", "tmp64")
-                e("sub.s64", "d", "a", "c_ptr")
-                e("setp.ge.s64", "vin", "d", 0)
-                e("add.s64", "tmp64", "d", 16)
-                e("setp.le.and.s64", "vin", "tmp64", "c_lim", "vin", why="all 16 bytes inside the chunk")
-                e("mad.lo.u32", "st_addr", "j", 16, "st_off")
+                self._staged_vector(done)
                 if phase == "issue":
                     part = e.label(f"A{k}_PART")
                     e.bra(part, guard="vin", neg=True)

@@ -60,15 +60,7 @@ class TileRowGather(TileGatherScatter):
             loop, nxt, whole = e.label(f"R{k}_LOOP"), e.label(f"R{k}_NEXT"), e.label(f"R{k}_WHOLE")
             self._first_vector("j")
             e.place(loop)
-            e("setp.ge.u32", "pr", "j", "c_nvec")
-            e.bra(done, guard="pr")
-            e("mul.wide.u32", "tmp64", "j", 16)
-            e("add.u64", "a", "c_vstart", "tmp64")
-            e("sub.s64", "d", "a", "c_ptr")
-            e("setp.ge.s64", "vin", "d", 0)
-            e("add.s64", "tmp64", "d", 16)
-            e("setp.le.and.s64", "vin", "tmp64", "c_lim", "vin", why="all 16 bytes inside the chunk")
-            e("mad.lo.u32", "st_addr", "j", 16, "st_off")
+            self._staged_vector(done)
             e.bra(whole, guard="vin")
             for m in range(0, 16, g):  # an end of the array: the chunk's granules only
                 e("add.s64", "dm", "d", m)
@@ -157,13 +149,18 @@ class TileRowGather(TileGatherScatter):
             e("mad.lo.u32", "rg_second", "rg_nrow", "rg_nw", "rg_nbase", why="the next piece's first byte")
             e("sub.u32", "rg_second", "rg_second", "rg_left", why="... less the first piece's bytes")
             e("setp.lt.u32", "rg_two", "rg_left", 16)
+            # One piece: its second window is read at the chunk table's first bytes, one
+            # broadcast for every such thread of the warp, where reading its first window
+            # again put 43 shared wavefronts on a warp's vector (4-way conflicted) and held
+            # the shared-memory pipe 90% busy (Nsight Compute, lab/README.md). Most vectors
+            # of a wide chunk lie in one piece; the merge takes none of those words.
             e(
                 "selp.u32",
                 "rg_second",
                 "rg_second",
-                "rg_first",
+                "ctab",
                 "rg_two",
-                why="one piece: the first window again",
+                why="one piece: a broadcast read, unused",
             )
             self._merge_windows(out, "rg_first", "rg_second", "rg_left")
             self._store_row_vector(u, out)
@@ -205,27 +202,12 @@ class TileRowGather(TileGatherScatter):
 
     def _gather_row_edges(self) -> None:
         """The vectors that straddle the array's ends, a byte at a time: only in tiles 0
-        and last, only in warps holding one, every thread of such a warp running the same
-        count (its other bytes predicated off)."""
+        and last, only in warps holding one (:meth:`_edge_bytes`)."""
         e = self.e
         skip = e.label("RG_EDGES_DONE")
-        e.reg("u32", "last_tile", "b")
-        e.reg("pred", "edge", "part", "rg_in")
-        e.reg("s64", "qb")
-        e.reg("b16", "byte")
-        e("sub.u32", "last_tile", "n_tiles", 1)
-        e("setp.eq.u32", "edge", "tile", 0)
-        e("setp.eq.or.u32", "edge", "tile", "last_tile", "edge")
-        e.bra(skip, guard="edge", neg=True, uniform=True, why="interior tiles: no vector straddles an end")
-        for u in range(self.unroll):
-            loop, done = e.label("RG_EDGE_BYTE"), e.label("RG_EDGE_DONE")
-            self._straddles(u, "was not stored whole", done)
-            e("mov.u32", "b", 0)
-            e.place(loop)
-            e("cvt.u64.u32", "tmp64", "b")
-            e("add.s64", "qb", f"q_{u}", "tmp64")
-            e("setp.ge.and.s64", "rg_in", "qb", 0, "part")
-            e("setp.lt.and.s64", "rg_in", "qb", "row_bytes_s", "rg_in", why="this byte is in the array")
+        self._edge_tiles_only(skip, "interior tiles: no vector straddles an end")
+
+        def store_byte(u: int) -> None:  # rg_in, not pr: _locate sets pr
             e("add.u32", "rg_pos", "C", f"off_{u}")
             e("add.u32", "rg_pos", "rg_pos", "b")
             self._locate("rg_pos", "rg_first")
@@ -234,8 +216,8 @@ class TileRowGather(TileGatherScatter):
             e("cvt.u64.u32", "rg_g", "tmp32")
             e("add.u64", "rg_g", "rg_g", "tile_abs")
             e("st.global.b8", e.at("rg_g"), "byte", guard="rg_in")
-            e("add.u32", "b", "b", 1)
-            e("setp.lt.u32", "pr", "b", 16)
-            e.bra(loop, guard="pr", uniform=True, why="the same count in every thread")
-            e.place(done)
+
+        for u in range(self.unroll):
+            labels = ("RG_EDGE_BYTE", "RG_EDGE_DONE")
+            self._edge_bytes(u, "was not stored whole", labels, "rg_in", store_byte)
         e.place(skip)

@@ -7,6 +7,8 @@ granule those not written whole).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..ptxtypes import Label, Sink
 from .tile_emitter import _ACCESS, _Emitter
 
@@ -138,46 +140,59 @@ class TileRows:
         """Vectors that straddle the array's ends (tiles 0 and last only): byte loads."""
         e = self.e
         skip = e.label("EDGE_LOADS_DONE")
-        e.reg("u32", "last_tile")
-        e.reg("pred", "edge")
-        e("sub.u32", "last_tile", "n_tiles", 1)
-        e("setp.eq.u32", "edge", "tile", 0)
-        e("setp.eq.or.u32", "edge", "tile", "last_tile", "edge")
-        e.bra(
-            skip,
-            guard="edge",
-            neg=True,
-            why="interior tiles: no vector straddles the array's ends",
-            uniform=True,
-        )
+        self._edge_tiles_only(skip, "interior tiles: no vector straddles the array's ends")
         e.reg("u32", "b", "sb")
-        e.reg("s64", "qb")
         e.reg("u64", "gb")
-        e.reg("b16", "byte")
-        # Only the warps holding a vector that straddles an end run the byte loops; in
-        # them every thread runs the loops, its own vectors' bytes predicated off, so the
-        # loop count is the same in every thread and no branch diverges.
-        e.reg("pred", "part")
-        for u in range(self.unroll):
-            loop, done = e.label("EDGE_BYTE"), e.label("EDGE_BYTES_DONE")
-            self._straddles(u, "was not loaded whole", done)
-            e("mov.u32", "b", 0)
-            e.place(loop)
-            e("cvt.u64.u32", "tmp64", "b")
-            e("add.s64", "qb", f"q_{u}", "tmp64")
-            e("setp.ge.and.s64", "pr", "qb", 0, "part")
-            e("setp.lt.and.s64", "pr", "qb", "row_bytes_s", "pr", why="this byte is in the array")
+
+        def load_byte(u: int) -> None:
             e("add.u32", "tmp32", f"off_{u}", "b")
             e("cvt.u64.u32", "gb", "tmp32")
             e("add.u64", "gb", "gb", "tile_abs")
             e("add.u32", "sb", stage, "tmp32")
             e("ld.global.nc.b8", "byte", e.at("gb"), guard="pr")
             e("st.shared.b8", e.at("sb"), "byte", guard="pr")
-            e("add.u32", "b", "b", 1)
-            e("setp.lt.u32", "pr", "b", 16)
-            e.bra(loop, guard="pr", uniform=True, why="the same count in every thread")
-            e.place(done)
+
+        for u in range(self.unroll):
+            self._edge_bytes(u, "was not loaded whole", ("EDGE_BYTE", "EDGE_BYTES_DONE"), "pr", load_byte)
         e.place(skip)
+
+    def _edge_tiles_only(self, skip: Label, why: str) -> None:
+        """Branch to ``skip`` unless this is tile 0 or the last: only they hold a vector
+        that straddles an end of the array (the same answer in every thread)."""
+        e = self.e
+        e.reg("u32", "last_tile")
+        e.reg("pred", "edge")
+        e("sub.u32", "last_tile", "n_tiles", 1)
+        e("setp.eq.u32", "edge", "tile", 0)
+        e("setp.eq.or.u32", "edge", "tile", "last_tile", "edge")
+        e.bra(skip, guard="edge", neg=True, why=why, uniform=True)
+
+    def _edge_bytes(
+        self, u: int, what: str, labels: tuple[str, str], inside: str, move: Callable[[int], None]
+    ) -> None:
+        """Vector u's bytes one at a time (%b), where it straddles an end of the array:
+        %inside says byte b is in the array, and ``move(u)`` moves it under that guard.
+        Only the warps holding such a vector run the loop; in them every thread runs it,
+        its own vector's bytes predicated off, so the count is the same in every thread
+        and no branch diverges."""
+        e = self.e
+        e.reg("u32", "b")
+        e.reg("s64", "qb")
+        e.reg("b16", "byte")
+        e.reg("pred", "part", inside)
+        loop, done = e.label(labels[0]), e.label(labels[1])
+        self._straddles(u, what, done)
+        e("mov.u32", "b", 0)
+        e.place(loop)
+        e("cvt.u64.u32", "tmp64", "b")
+        e("add.s64", "qb", f"q_{u}", "tmp64")
+        e("setp.ge.and.s64", inside, "qb", 0, "part")
+        e("setp.lt.and.s64", inside, "qb", "row_bytes_s", inside, why="this byte is in the array")
+        move(u)
+        e("add.u32", "b", "b", 1)
+        e("setp.lt.u32", "pr", "b", 16)
+        e.bra(loop, guard="pr", uniform=True, why="the same count in every thread")
+        e.place(done)
 
     def _straddles(self, u: int, what: str, done: Label) -> None:
         """%part: this thread's vector u holds bytes of the array but not all 16 (only at

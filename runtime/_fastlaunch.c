@@ -20,7 +20,7 @@
  *   Launch(...)   ``launch(grid, block, args, *, stream=None, shared_mem=0)``
  *   Prepared(...) a prepared launch (``prepared(*args)``) or its trusted ``raw(*ints)``
  *   Steps(...)    an op's launches, ``launch(wide, *pieces)``, from a recipe (runtime/op_plans.py)
- *   QuickOps(...) the ops' common call (runtime/op_quick.py), for calls it has seen
+ *   OpLane(...)   the ops' calls, for the kinds of call the Python path remembered there (runtime/ops.py)
  *
  * The GIL is released around the driver call, as cuda-bindings does: cuLaunchKernel
  * blocks while the launch queue is full. The parameter buffer lives on this call's
@@ -155,13 +155,13 @@ static PyTypeObject LaunchType;
 static PyTypeObject PreparedType;
 
 static PyObject *s_launch_key, *s_address, *s_nbytes, *s_dtype, *s_is_cuda, *s_get_device,
-    *s_is_contiguous, *s_data_ptr, *s_handle, *s_stream, *s_shared_mem, *s_shape, *s_name, *s_ordinal,
-    *s_closed, *s_requires_grad, *s_itemsize, *s_new_empty, *s_empty, *s_stride, *s_permute,
-    *s_first_output, *s_spans, *s_launches, *s_memory_shapes, *s_inverse, *s_backward, *s_forward;
+    *s_is_contiguous, *s_data_ptr, *s_handle, *s_stream, *s_shared_mem, *s_shape, *s_ordinal,
+    *s_closed, *s_requires_grad, *s_itemsize, *s_new_empty, *s_empty, *s_stride, *s_new_empty_strided,
+    *s_first_output, *s_spans, *s_memory_shapes, *s_inverse, *s_backward, *s_forward;
 
 /* Forget a failed read: the Python path will meet the same failure and say what it is.
  * Only an Exception is forgotten; a KeyboardInterrupt or SystemExit stays set, and every
- * way out of this module returns it (fall_back and quick_false check). */
+ * way out of this module returns it (fall_back and lane_false check). */
 static void drop_error(void) {
     if (PyErr_ExceptionMatches(PyExc_Exception))
         PyErr_Clear();
@@ -1066,6 +1066,7 @@ static PyTypeObject PreparedType = {
 };
 
 #define MAX_PIECES 15 /* the alignment key holds 4 bits per array in 64 */
+#define MAX_RANK 64   /* torch's own limit on a tensor's dims */
 
 /* --- the ops' steps ---------------------------------------------------------------- */
 /*
@@ -1073,7 +1074,7 @@ static PyTypeObject PreparedType = {
  * ``launch(wide, piece_0, piece_1, ...)`` (its _Steps): each step a prepared raw launch
  * of ints such as ``raw0(p1, w + 64, 48, 80)``. Steps holds the same
  * recipe as data: per argument of each step, a constant or one of the arrays' addresses
- * plus a byte offset. Called from Python it does what that function does; QuickOps calls
+ * plus a byte offset. Called from Python it does what that function does; OpLane calls
  * it with the addresses as C values, so no int object is made on the way to the driver.
  * A step whose launch C does not take (a closed function, a value out of range, a failed
  * driver call) is handed, as int objects, to its prepared raw launch, which launches it
@@ -1341,37 +1342,105 @@ static PyTypeObject StepsType = {
     .tp_getset = Steps_getset,
 };
 
-/* --- the ops' common call ---------------------------------------------------------- */
+/* --- the ops' lane ------------------------------------------------------------------- */
 /*
- * runtime/op_quick.py checks the common call of channel_cat_backward / channel_cat_forward
- * (DeviceArrays or plain CUDA torch tensors with ``out``, a shape seen before) in Python
- * (_backward_quick, _forward_quick). QuickOps does the same in C for calls whose entries
- * are already in its tables: the quick-call table (``_quick_calls``: what a shape decides)
- * and each entry's launch functions per alignment. Without ``out`` it makes the results
- * as the Python quick path does (fresh_results), after every other check. Anything else, a
- * first call included, answers False having done nothing, and the Python quick path takes
- * the call (it fills the tables). The launch functions are the ops' own: Steps, run here
- * with the addresses as C values, or (where the raw launches are not compiled) Python
- * functions, called.
+ * channel_cat_backward / channel_cat_forward in C, for the kinds of call the Python path
+ * (runtime/ops.py) has run. After a call it checked and launched, the Python path hands
+ * this lane the call's own arguments and what it decided, through ``remember_split`` /
+ * ``remember_join``: the call's route (each array's bytes around its address, the results'
+ * memory order), its device and its launch function. The lane reads the arrays itself, as
+ * it reads those of every later call, and files an entry under the key it builds from
+ * them (read_call): the op, whether ``out`` was given, its ints (dim, sizes) and per array
+ * its class, shape, strides (None where contiguous), dtype and, for an output, whether it
+ * may be written. A later call of that key is checked here for what depends on its
+ * addresses (alignment, overlap through the entry's spans, one device), its results made
+ * where not given (fresh_results), and run by the launch function remembered for its
+ * device, stream and addresses modulo 16. Anything else (a kind of call not remembered,
+ * another alignment, an array this lane does not read: CuPy, ``__cuda_array_interface__``)
+ * answers False having done nothing, and the Python path takes the call.
  */
+
+#define SLOTS_KEPT 16     /* launch functions an entry keeps; past this it starts over */
+#define ENTRIES_KEPT 1024 /* kinds of call the lane keeps; past this it starts over */
+
+typedef struct {
+    long long ordinal;
+    uint64_t handle, pattern; /* the stream, and 4 bits per array: its address modulo 16 */
+    PyObject *device, *launch;
+} slot_t;
 
 typedef struct {
     PyObject_HEAD
-    PyObject *table;         /* op_quick._quick_calls */
+    Py_ssize_t first_output;       /* arrays are inputs, then the given outputs from here */
+    long long lo[MAX_PIECES + 1];  /* each array's bytes from its address, lowest ... */
+    long long hi[MAX_PIECES + 1];  /* ... and past the highest (given outputs only) */
+    PyObject *memory_shapes;       /* without out: the results' shapes in memory order */
+    PyObject *inverse;             /* their dims over that order; NULL: row-major */
+    int nslots;
+    slot_t slots[SLOTS_KEPT];
+} OpEntry;
+
+/* Empties the entry's slots: taken out first, released after, since releasing runs
+ * Python code (a finalizer) that may call the lane and must find no half-cleared slot. */
+static void entry_slots_clear(OpEntry *e) {
+    slot_t gone[SLOTS_KEPT];
+    int n = e->nslots;
+    memcpy(gone, e->slots, (size_t)n * sizeof(slot_t));
+    e->nslots = 0;
+    for (int i = 0; i < n; i++) {
+        Py_DECREF(gone[i].device);
+        Py_DECREF(gone[i].launch);
+    }
+}
+
+static int OpEntry_traverse(OpEntry *e, visitproc visit, void *arg) {
+    Py_VISIT(e->memory_shapes);
+    Py_VISIT(e->inverse);
+    for (int i = 0; i < e->nslots; i++) {
+        Py_VISIT(e->slots[i].device);
+        Py_VISIT(e->slots[i].launch);
+    }
+    return 0;
+}
+
+static int OpEntry_clear(OpEntry *e) {
+    Py_CLEAR(e->memory_shapes);
+    Py_CLEAR(e->inverse);
+    entry_slots_clear(e);
+    return 0;
+}
+
+static void OpEntry_dealloc(OpEntry *e) {
+    PyObject_GC_UnTrack(e);
+    OpEntry_clear(e);
+    Py_TYPE(e)->tp_free((PyObject *)e);
+}
+
+static PyTypeObject OpEntryType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "runtime._fastlaunch.OpEntry",
+    .tp_basicsize = sizeof(OpEntry),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "One kind of op call the lane remembers (made by OpLane.remember_split / remember_join).",
+    .tp_dealloc = (destructor)OpEntry_dealloc,
+    .tp_traverse = (traverseproc)OpEntry_traverse,
+    .tp_clear = (inquiry)OpEntry_clear,
+};
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *entries;       /* key -> OpEntry */
     PyObject *device_array;  /* runtime.DeviceArray */
     PyObject *tensor;        /* torch.Tensor once bound, else NULL */
     readers_t readers;       /* how its attributes are read */
     PyObject *torch_dtypes;  /* torch dtype -> DType (arrays._torch_dtypes), once bound */
     PyObject *current_stream; /* torch's raw current stream of a device index, once bound, or NULL */
-    PyObject *routes;         /* op_routes._routes, once bound, or NULL */
     streams_t streams;
-    PyObject *dtype, *dtype_name; /* the last DType read and its name ... */
-    uint64_t dtype_itemsize;      /* ... and element size: most calls see one dtype */
-    int enabled;                  /* off: every call answers False (use_compiled_launch) */
+    PyObject *dtype;          /* the last DType read ... */
+    uint64_t dtype_itemsize;  /* ... and its element size: most calls see one dtype */
+    int enabled;              /* off: every call answers False (use_compiled_launch) */
     PyObject *weakrefs;
-} QuickOps;
-
-
+} OpLane;
 
 typedef struct {
     uint64_t address, nbytes;
@@ -1401,39 +1470,25 @@ static int read_bool(PyObject *obj, PyObject *name, int want_true) {
     return ok;
 }
 
-/* A DType's element size (0 where it has none to read) and, where ``name`` is given, its
- * name (a new reference, or NULL). The last DType's are kept, by identity and with a
- * reference, so that the common call reads neither. */
-static uint64_t dtype_facts(QuickOps *Q, PyObject *dtype, PyObject **name) {
-    if (dtype == Q->dtype && Q->dtype_name != NULL) {
-        if (name != NULL) {
-            *name = Q->dtype_name;
-            Py_INCREF(*name);
-        }
+/* A DType's element size, a power of two; 0 where it has none to read. The last DType's
+ * is kept, by identity and with a reference, so that the common call reads none. */
+static uint64_t dtype_facts(OpLane *Q, PyObject *dtype) {
+    if (dtype == Q->dtype)
         return Q->dtype_itemsize;
-    }
     uint64_t size = 0;
     PyObject *v = PyObject_GetAttr(dtype, s_itemsize);
-    PyObject *n = v != NULL ? PyObject_GetAttr(dtype, s_name) : NULL;
-    int ok = n != NULL && uint_bits(v, &size) && size != 0 && (size & (size - 1)) == 0;
+    int ok = v != NULL && uint_bits(v, &size) && size != 0 && (size & (size - 1)) == 0;
     Py_XDECREF(v);
     if (!ok) {
-        Py_XDECREF(n);
         drop_error();
         return 0;
     }
-    if (name != NULL) { /* the caller's own, before anything below can run Python code */
-        *name = n;
-        Py_INCREF(n);
-    }
     Py_INCREF(dtype);
-    PyObject *old = Q->dtype, *old_name = Q->dtype_name; /* all three in place before either goes */
+    PyObject *old = Q->dtype; /* both in place before it goes */
     Q->dtype = dtype;
-    Q->dtype_name = n; /* the reference GetAttr returned */
     Q->dtype_itemsize = size;
     Py_XDECREF(old); /* may run a finalizer, which may call the ops with another dtype */
-    Py_XDECREF(old_name);
-    return size; /* this dtype's, whatever the cache holds by now */
+    return size;
 }
 
 /* The bytes of a contiguous array of ``shape`` (a tuple of ints) and ``itemsize``; 0 where
@@ -1453,12 +1508,12 @@ static uint64_t shape_nbytes(PyObject *shape, uint64_t itemsize) {
     return total;
 }
 
-/* op_quick._wide_facts / _torch_facts: an open, non-empty DeviceArray, or a contiguous, non-empty
- * CUDA tensor of a dtype we have; with ``any_strides``, a tensor of any strides too, its
- * strides read (op_arrays._torch_array). 1 filled in; 0 not taken. A tensor's byte count
- * comes from its shape (one read fewer than nbytes); whether it may be written
- * (requires_grad) is read only where ``written``. */
-static int array_facts(QuickOps *Q, PyObject *v, facts_t *f, int written, int any_strides) {
+/* op_arrays' reading of an array, for the arrays this lane takes: an open, non-empty
+ * DeviceArray, or a non-empty CUDA tensor of a dtype we have (its strides read where it
+ * is not contiguous). 1 filled in; 0 not taken. A tensor's byte count comes from its
+ * shape (one read fewer than nbytes); whether it may be written (requires_grad) is read
+ * only where ``written``. */
+static int array_facts(OpLane *Q, PyObject *v, facts_t *f, int written) {
     memset(f, 0, sizeof *f);
     PyObject *cls = (PyObject *)Py_TYPE(v);
     uint64_t bits;
@@ -1472,7 +1527,7 @@ static int array_facts(QuickOps *Q, PyObject *v, facts_t *f, int written, int an
             goto no;
         f->dtype = PyTuple_GET_ITEM(f->key, 1);
         Py_INCREF(f->dtype);
-        f->ordinal = -1; /* read only where the key alone does not decide (known_ordinal) */
+        f->ordinal = -1; /* read where it is asked for (known_ordinal) */
         if (!read_u64(v, s_address, &f->address) || !read_u64(v, s_nbytes, &f->nbytes))
             goto no;
         f->shape = PyObject_GetAttr(v, s_shape);
@@ -1489,7 +1544,7 @@ static int array_facts(QuickOps *Q, PyObject *v, facts_t *f, int written, int an
     if (!tensor_is(R, T_IS_CUDA, v, Py_True))
         return 0;
     if (!tensor_is(R, T_IS_CONTIGUOUS, v, Py_True)) {
-        if (!any_strides || (f->strides = tensor_read(R, T_STRIDE, v)) == NULL)
+        if ((f->strides = tensor_read(R, T_STRIDE, v)) == NULL)
             return 0;
         if (!PyTuple_CheckExact(f->strides))
             goto no;
@@ -1510,7 +1565,7 @@ static int array_facts(QuickOps *Q, PyObject *v, facts_t *f, int written, int an
     f->shape = tensor_read(R, T_SHAPE, v);
     if (f->shape == NULL)
         goto no;
-    f->nbytes = shape_nbytes(f->shape, dtype_facts(Q, dtype, NULL));
+    f->nbytes = shape_nbytes(f->shape, dtype_facts(Q, dtype));
     if (f->nbytes == 0 || !tensor_u64(R, T_GET_DEVICE, v, &bits))
         goto no;
     f->ordinal = (long long)bits;
@@ -1528,7 +1583,7 @@ no:
 }
 
 /* The array's device ordinal, read from a DeviceArray's launch key the first time it is
- * asked for (a piece whose key is the wide array's never needs it). 0: unreadable. */
+ * asked for. 0: unreadable. */
 static int known_ordinal(facts_t *f) {
     uint64_t bits;
     if (f->ordinal >= 0)
@@ -1537,32 +1592,6 @@ static int known_ordinal(facts_t *f) {
         return 0;
     f->ordinal = (long long)bits;
     return 1;
-}
-
-/* Another array of the op: the wide array's device and dtype (its launch key, where it has
- * one, says both at once). */
-static int same_kind(facts_t *f, facts_t *wide) {
-    if (f->key != NULL && f->key == wide->key)
-        return 1;
-    return f->dtype == wide->dtype && known_ordinal(f) && known_ordinal(wide) && f->ordinal == wide->ordinal;
-}
-
-/* The table's entry for ``key`` (a new reference), while its device is open; else NULL.
- * The reference is taken before anything else runs: reading ``closed`` runs Python code,
- * during which another thread may drop the entry from the table. */
-static PyObject *quick_entry(QuickOps *Q, PyObject *key) {
-    PyObject *call = PyDict_GetItemWithError(Q->table, key);
-    if (call == NULL) {
-        drop_error();
-        return NULL;
-    }
-    Py_INCREF(call);
-    if (!PyTuple_Check(call) || PyTuple_GET_SIZE(call) != 4 /* (device, shapes, record, launches) */
-        || !read_bool(PyTuple_GET_ITEM(call, 0), s_closed, 0)) {
-        Py_DECREF(call);
-        return NULL;
-    }
-    return call;
 }
 
 /* Calls a launch function (Steps, run here with the addresses as C values, or a Python
@@ -1596,110 +1625,72 @@ done:
     return result;
 }
 
-/* Calls the entry's launch function for ``aligns``: 1 launched, 0 none there yet, -1 error. */
-static int quick_launch(PyObject *call, uint64_t aligns, uint64_t wide, const uint64_t *pieces, Py_ssize_t n) {
-    PyObject *launches = PyTuple_GET_ITEM(call, 3);
-    if (!PyDict_Check(launches))
-        return 0;
-    PyObject *key = PyLong_FromUnsignedLongLong(aligns);
-    if (key == NULL)
-        return -1;
-    PyObject *launch = PyDict_GetItemWithError(launches, key);
-    Py_DECREF(key);
-    if (launch == NULL)
-        return PyErr_Occurred() ? -1 : 0;
-    Py_INCREF(launch);
-    int ran = run_launch(launch, wide, pieces, n);
-    Py_DECREF(launch);
-    return ran;
-}
-
-/* Whether a piece of ``n`` bytes at ``p`` may go with the wide array: aligned to the
- * element (``mask``: its size less one) and sharing none of the wide array's bytes. */
-static int piece_clear(uint64_t p, uint64_t n, const facts_t *wide, uint64_t mask) {
-    return !(p & mask) && !(p < wide->address + wide->nbytes && wide->address < p + n);
-}
-
-/* Whether no two byte ranges [start[i], start[i] + size[i]) share a byte. */
-static int disjoint(uint64_t *start, uint64_t *size, Py_ssize_t n) {
-    for (Py_ssize_t i = 1; i < n; i++) { /* insertion sort by start: a handful of pieces */
-        uint64_t s = start[i], z = size[i];
-        Py_ssize_t j = i - 1;
-        while (j >= 0 && start[j] > s) {
-            start[j + 1] = start[j];
-            size[j + 1] = size[j];
-            j--;
-        }
-        start[j + 1] = s;
-        size[j + 1] = z;
-    }
-    for (Py_ssize_t i = 1; i < n; i++)
-        if (start[i] < start[i - 1] + size[i - 1])
-            return 0;
-    return 1;
-}
-
-/* The table's entry (a new reference) for the key the Python quick path builds:
- * ``(shape, dim, dtype.name, ordinal, handle, *rest)`` for a split (``shape`` given),
- * ``(dim, dtype.name, ordinal, handle, *rest)`` for a join (``shape`` NULL); NULL (no
- * error set) where there is none yet. */
-static PyObject *entry_for(QuickOps *Q, PyObject *shape, PyObject *dim, facts_t *wide,
-                           uintptr_t handle, PyObject *const *rest, Py_ssize_t nrest) {
-    Py_ssize_t lead = shape != NULL ? 5 : 4, at = 0;
-    if (!known_ordinal(wide))
-        return NULL;
-    PyObject *key = PyTuple_New(lead + nrest);
-    if (key == NULL) {
-        drop_error();
-        return NULL;
-    }
-    PyObject *name = NULL;
-    dtype_facts(Q, wide->dtype, &name);
-    PyObject *made[3] = {name, PyLong_FromLongLong(wide->ordinal), PyLong_FromUnsignedLongLong(handle)};
-    if (made[0] == NULL || made[1] == NULL || made[2] == NULL) {
-        for (int i = 0; i < 3; i++)
-            Py_XDECREF(made[i]);
-        Py_DECREF(key);
-        drop_error();
-        return NULL;
-    }
-    if (shape != NULL) {
-        Py_INCREF(shape);
-        PyTuple_SET_ITEM(key, at++, shape);
-    }
-    Py_INCREF(dim);
-    PyTuple_SET_ITEM(key, at++, dim);
-    for (int i = 0; i < 3; i++)
-        PyTuple_SET_ITEM(key, at++, made[i]); /* steals */
-    for (Py_ssize_t i = 0; i < nrest; i++) {
-        Py_INCREF(rest[i]);
-        PyTuple_SET_ITEM(key, at++, rest[i]);
-    }
-    PyObject *call = quick_entry(Q, key);
-    Py_DECREF(key);
-    return call;
-}
-
-
 /* False, or NULL where an interrupt is pending (see drop_error). */
-static PyObject *quick_false(void) {
+static PyObject *lane_false(void) {
     if (PyErr_Occurred())
         return NULL;
     Py_RETURN_FALSE;
+}
+
+/* A dense array of ``memory`` (its shape in memory order, row-major there) seen in the
+ * input's dims (dim i is memory dim ``inverse[i]``): its shape and strides, new tuples in
+ * ``*shape`` and ``*strides`` (outputs.new_outputs: new_empty_strided makes it in one call,
+ * as new_empty then permute would in two). 1 made; 0 with an error set. */
+static int dims_of_memory(PyObject *memory, PyObject *inverse, PyObject **shape, PyObject **strides) {
+    Py_ssize_t rank = PyTuple_GET_SIZE(inverse);
+    uint64_t extent[MAX_RANK], step[MAX_RANK], total = 1;
+    *shape = *strides = NULL;
+    if (!PyTuple_Check(memory) || PyTuple_GET_SIZE(memory) != rank || rank > MAX_RANK) {
+        PyErr_SetString(PyExc_ValueError, "a result's memory shape does not match its order");
+        return 0;
+    }
+    for (Py_ssize_t k = rank - 1; k >= 0; k--) { /* row-major strides in memory order */
+        if (!uint_bits(PyTuple_GET_ITEM(memory, k), &extent[k])) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "a result's memory shape holds a negative extent");
+            return 0;
+        }
+        step[k] = total;
+        total *= extent[k] ? extent[k] : 1;
+    }
+    *shape = PyTuple_New(rank);
+    *strides = PyTuple_New(rank);
+    Py_ssize_t i = 0;
+    for (; *shape != NULL && *strides != NULL && i < rank; i++) {
+        Py_ssize_t k = PyLong_AsSsize_t(PyTuple_GET_ITEM(inverse, i));
+        if (k < 0 || k >= rank)
+            break;
+        PyObject *e = PyLong_FromUnsignedLongLong(extent[k]), *t = PyLong_FromUnsignedLongLong(step[k]);
+        if (e == NULL || t == NULL) {
+            Py_XDECREF(e);
+            Py_XDECREF(t);
+            break;
+        }
+        PyTuple_SET_ITEM(*shape, i, e);
+        PyTuple_SET_ITEM(*strides, i, t);
+    }
+    if (i == rank && *shape != NULL && *strides != NULL)
+        return 1;
+    Py_CLEAR(*shape);
+    Py_CLEAR(*strides);
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "a result's order is not a permutation of its dims");
+    return 0;
 }
 
 /* The results of a call without ``out``, as runtime/outputs.py's new_outputs makes them,
  * one per shape of ``shapes``, of the kind of ``like`` (read into ``facts``):
  * - a torch tensor's, where torch's current stream on its device is the op's:
  *   ``like.new_empty(shape)`` (its dtype and device, contiguous), from torch's caching
- *   allocator, which gives the block to that stream; ``shape`` in memory order and the
- *   tensor permuted by ``inverse`` where that is given (a channels_last result, say);
+ *   allocator, which gives the block to that stream; where ``inverse`` is given (a
+ *   channels_last result, say), ``shape`` is in memory order and the tensor is made with
+ *   the input's dims over it, by ``like.new_empty_strided`` (dims_of_memory);
  * - a DeviceArray's: ``device.empty(shape, dtype, stream=handle)``, from the device's pool on
- *   the op's stream (``device``: the entry's).
+ *   the op's stream (``device``: the call's).
  * A new list, the addresses in ``addresses``; NULL with no error set where torch's current
  * stream is another (the Python path makes them under the op's) or an address cannot be
  * read; NULL with the allocator's error where an allocation fails (nothing is launched). */
-static PyObject *fresh_results(QuickOps *Q, PyObject *like, const facts_t *facts, PyObject *device,
+static PyObject *fresh_results(OpLane *Q, PyObject *like, const facts_t *facts, PyObject *device,
                                uintptr_t handle, PyObject *shapes, PyObject *inverse, uint64_t *addresses) {
     PyObject *stream = PyLong_FromUnsignedLongLong(handle), *kwnames = NULL;
     if (stream == NULL)
@@ -1725,11 +1716,16 @@ static PyObject *fresh_results(QuickOps *Q, PyObject *like, const facts_t *facts
     for (Py_ssize_t i = 0; made != NULL && i < n; i++) {
         PyObject *r;
         if (facts->key == NULL) {
-            PyObject *call[2] = {like, PyTuple_GET_ITEM(shapes, i)};
-            r = PyObject_VectorcallMethod(s_new_empty, call, 2, NULL);
-            if (r != NULL && inverse != NULL) { /* made in memory order, seen in the input's dims */
-                PyObject *seen[2] = {r, inverse};
-                Py_SETREF(r, PyObject_VectorcallMethod(s_permute, seen, 2, NULL));
+            if (inverse == NULL) {
+                PyObject *call[2] = {like, PyTuple_GET_ITEM(shapes, i)};
+                r = PyObject_VectorcallMethod(s_new_empty, call, 2, NULL);
+            } else {
+                PyObject *call[3] = {like, NULL, NULL};
+                r = dims_of_memory(PyTuple_GET_ITEM(shapes, i), inverse, &call[1], &call[2])
+                        ? PyObject_VectorcallMethod(s_new_empty_strided, call, 3, NULL)
+                        : NULL;
+                Py_XDECREF(call[1]);
+                Py_XDECREF(call[2]);
             }
         } else {
             PyObject *call[4] = {device, PyTuple_GET_ITEM(shapes, i), facts->dtype, stream};
@@ -1750,453 +1746,420 @@ static PyObject *fresh_results(QuickOps *Q, PyObject *like, const facts_t *facts
     return made;
 }
 
-/* split(dy, sizes, dim, out, stream) -> bool: op_quick._backward_quick for a call it has seen;
- * with ``out`` None, op_quick._backward_fresh: the results (a list), or False having done
- * nothing. ``sizes`` and ``out`` are read as tuples made first: reading the arrays runs
- * Python code, during which another thread may change a list. */
-static PyObject *QuickOps_split(QuickOps *Q, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "split(dy, sizes, dim, out, stream)");
-        return NULL;
-    }
-    PyObject *dy = args[0], *dim = args[2];
-    int fresh = args[3] == Py_None;
-    if (!Q->enabled)
-        Py_RETURN_FALSE;
-    if ((!fresh && !PyList_CheckExact(args[3]) && !PyTuple_CheckExact(args[3])) || !PyLong_CheckExact(dim))
-        Py_RETURN_FALSE;
-    if (!PyList_CheckExact(args[1]) && !PyTuple_CheckExact(args[1]))
-        Py_RETURN_FALSE;
-    PyObject *sizes = PySequence_Tuple(args[1]), *out = fresh ? NULL : PySequence_Tuple(args[3]);
-    PyObject *call = NULL, *result = Py_False, *made = NULL;
-    facts_t wide, piece;
-    int have_wide = 0;
-    if (sizes == NULL || (!fresh && out == NULL)) {
-        result = NULL;
-        goto done;
-    }
-    Py_ssize_t nsizes = PyTuple_GET_SIZE(sizes), nout = fresh ? nsizes : PyTuple_GET_SIZE(out);
-    for (Py_ssize_t i = 0; i < nsizes; i++) {
-        PyObject *size = PyTuple_GET_ITEM(sizes, i);
-        if (!PyLong_CheckExact(size)) /* a bool equals 1 as a key, but is refused */
-            goto done;
-        if (fresh && PyLong_AsLongLong(size) <= 0) { /* an empty piece: the general path's */
-            drop_error();
-            goto done;
-        }
-    }
-    uintptr_t handle;
-    if (nout > MAX_PIECES || !resolve_stream(&Q->streams, args[4], &handle) || !array_facts(Q, dy, &wide, 0, 0))
-        goto done;
-    have_wide = 1;
-    call = entry_for(Q, wide.shape, dim, &wide, handle, &PyTuple_GET_ITEM(sizes, 0), nsizes);
-    if (call == NULL)
-        goto done;
-    PyObject *wants = PyTuple_GET_ITEM(call, 1);
-    if (!PyTuple_Check(wants) || PyTuple_GET_SIZE(wants) != nout)
-        goto done;
-    uint64_t itemsize = dtype_facts(Q, wide.dtype, NULL);
-    if (itemsize == 0 || (wide.address & (itemsize - 1)))
-        goto done;
-    uint64_t mask = itemsize - 1, aligns = wide.address & 15, last = 0;
-    uint64_t starts[MAX_PIECES], lengths[MAX_PIECES], pieces[MAX_PIECES];
-    if (fresh) {
-        if (wide.key == NULL && Q->current_stream == NULL)
-            goto done;
-        made = fresh_results(Q, dy, &wide, PyTuple_GET_ITEM(call, 0), handle, wants, NULL, pieces);
-        if (made == NULL) {
-            if (PyErr_Occurred())
-                result = NULL;
-            goto done;
-        }
-        for (Py_ssize_t i = 0; i < nout; i++)
-            aligns = aligns << 4 | (pieces[i] & 15);
-    } else {
-        int ordered = 1;
-        for (Py_ssize_t i = 0; i < nout; i++) {
-            if (!array_facts(Q, PyTuple_GET_ITEM(out, i), &piece, 1, 0))
-                goto done;
-            int eq = PyObject_RichCompareBool(piece.shape, PyTuple_GET_ITEM(wants, i), Py_EQ);
-            int fits = eq == 1 && same_kind(&piece, &wide) && piece.writable;
-            uint64_t p = piece.address, n = piece.nbytes;
-            facts_clear(&piece);
-            if (eq < 0)
-                drop_error();
-            if (!fits || !piece_clear(p, n, &wide, mask))
-                goto done;
-            if (p < last)
-                ordered = 0;
-            last = p + n;
-            starts[i] = pieces[i] = p;
-            lengths[i] = n;
-            aligns = aligns << 4 | (p & 15);
-        }
-        if (!ordered && !disjoint(starts, lengths, nout))
-            goto done;
-    }
-    int launched = quick_launch(call, aligns, wide.address, pieces, nout);
-    if (launched < 0)
-        result = NULL;
-    else if (launched)
-        result = fresh ? made : Py_True;
-done:
-    Py_XDECREF(call);
-    if (have_wide)
-        facts_clear(&wide);
-    Py_XDECREF(sizes);
-    Py_XDECREF(out);
-    Py_XINCREF(result);
-    Py_XDECREF(made); /* the results, where not returned, go back to torch's cache */
-    if (result == Py_False) {
-        Py_DECREF(result);
-        return quick_false();
-    }
-    return result;
-}
-
-/* join(xs, dim, out, stream) -> bool: op_quick._forward_quick for a call it has seen; with
- * ``out`` None, op_quick._forward_fresh: the result, or False having done nothing (``xs``
- * read as a tuple made first, as in split). */
-static PyObject *QuickOps_join(QuickOps *Q, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "join(xs, dim, out, stream)");
-        return NULL;
-    }
-    PyObject *dim = args[1], *out = args[2];
-    int fresh = out == Py_None;
-    if (!Q->enabled)
-        Py_RETURN_FALSE;
-    if ((!PyList_CheckExact(args[0]) && !PyTuple_CheckExact(args[0])) || !PyLong_CheckExact(dim))
-        Py_RETURN_FALSE;
-    PyObject *xs = PySequence_Tuple(args[0]);
-    PyObject *call = NULL, *result = Py_False, *made = NULL, *shapes[MAX_PIECES] = {NULL};
-    Py_ssize_t nshapes = 0, nxs = xs != NULL ? PyTuple_GET_SIZE(xs) : 0;
-    facts_t wide, piece;
-    int have_wide = 0;
-    uint64_t pieces[MAX_PIECES];
-    if (xs == NULL) {
-        result = NULL;
-        goto done;
-    }
-    uintptr_t handle;
-    if (nxs == 0 || nxs > MAX_PIECES || !resolve_stream(&Q->streams, args[3], &handle))
-        goto done;
-    if (fresh) { /* xs[0] stands for the result: its kind, dtype and device, made once all is checked */
-        if (!array_facts(Q, PyTuple_GET_ITEM(xs, 0), &wide, 0, 0))
-            goto done;
-        have_wide = 1;
-        wide.address = wide.nbytes = 0;
-        if (wide.key == NULL && Q->current_stream == NULL)
-            goto done;
-    } else {
-        if (!array_facts(Q, out, &wide, 1, 0))
-            goto done;
-        have_wide = 1;
-        if (!wide.writable)
-            goto done;
-    }
-    uint64_t itemsize = dtype_facts(Q, wide.dtype, NULL);
-    if (itemsize == 0 || (wide.address & (itemsize - 1)))
-        goto done;
-    uint64_t mask = itemsize - 1, aligns = wide.address & 15;
-    for (Py_ssize_t i = 0; i < nxs; i++) { /* inputs may share memory with each other, not with y */
-        if (!array_facts(Q, PyTuple_GET_ITEM(xs, i), &piece, 0, 0))
-            goto done;
-        /* without out, every input of xs[0]'s kind (a DeviceArray of its device), as the result is */
-        int fits = same_kind(&piece, &wide) &&
-                   (!fresh || (piece.key == NULL ? wide.key == NULL
-                                                 : wide.key != NULL && PyTuple_GET_ITEM(piece.key, 0) ==
-                                                                           PyTuple_GET_ITEM(wide.key, 0)));
-        uint64_t p = piece.address, n = piece.nbytes;
-        shapes[nshapes++] = piece.shape; /* kept for the key */
-        piece.shape = NULL;
-        facts_clear(&piece);
-        if (!fits || !piece_clear(p, n, &wide, mask))
-            goto done;
-        pieces[i] = p;
-        aligns = aligns << 4 | (p & 15);
-    }
-    call = entry_for(Q, NULL, dim, &wide, handle, shapes, nshapes);
-    if (call == NULL)
-        goto done;
-    PyObject *wants = PyTuple_GET_ITEM(call, 1);
-    if (!PyTuple_Check(wants) || PyTuple_GET_SIZE(wants) != 1)
-        goto done;
-    if (fresh) {
-        made = fresh_results(Q, PyTuple_GET_ITEM(xs, 0), &wide, PyTuple_GET_ITEM(call, 0), handle, wants,
-                             NULL, &wide.address);
-        if (made == NULL) {
-            if (PyErr_Occurred())
-                result = NULL;
-            goto done;
-        }
-        aligns |= (wide.address & 15) << (4 * nxs);
-    } else {
-        int eq = PyObject_RichCompareBool(wide.shape, PyTuple_GET_ITEM(wants, 0), Py_EQ);
-        if (eq != 1) {
-            if (eq < 0)
-                drop_error();
-            goto done;
-        }
-    }
-    int launched = quick_launch(call, aligns, wide.address, pieces, nxs);
-    if (launched < 0)
-        result = NULL;
-    else if (launched)
-        result = fresh ? PyList_GET_ITEM(made, 0) : Py_True;
-done:
-    for (Py_ssize_t i = 0; i < nshapes; i++)
-        Py_DECREF(shapes[i]);
-    Py_XDECREF(call);
-    if (have_wide)
-        facts_clear(&wide);
-    Py_XDECREF(xs);
-    Py_XINCREF(result);
-    Py_XDECREF(made);
-    if (result == Py_False) {
-        Py_DECREF(result);
-        return quick_false();
-    }
-    return result;
-}
-
-/* --- the ops' remembered routes ------------------------------------------------------ */
-/*
- * A call the quick table does not hold (arrays of any strides: channels_last, a pitched or
- * stepped view) whose kind of call runtime/op_routes.py has seen: its route is looked up by
- * the key op_routes.route_key builds, from the same facts of each array (class, shape,
- * strides, dtype, writability), and the per-call checks of ops._launch_route run here:
- * alignment, overlap of the route's spans moved to this call's addresses, one device. The
- * results without ``out`` are made in the route's memory order (fresh_results), and the
- * launch is the one ops._launch_route registered in ``route.launches`` for this device,
- * stream and pattern of addresses modulo 16. Anything else answers False having done
- * nothing: the Python path takes it (and registers the launch for the next).
- */
-
-/* One kind of call: ``arrays`` read (inputs, then the outputs where ``fresh`` is 0), the
- * route found and run. ``wide_output``: the wide array is the output (a join). */
-static PyObject *route_call(QuickOps *Q, PyObject *op, PyObject *ints, int fresh, PyObject *const *arrays,
-                            Py_ssize_t narrays, PyObject *stream, int wide_output) {
+/* One call as the lane reads it: its key, and its arrays' facts (inputs first, then the
+ * outputs where given). */
+typedef struct {
+    PyObject *key;                    /* new reference */
+    PyObject *held[2];                /* tuples the arrays are borrowed from (new references) */
+    PyObject *arrays[MAX_PIECES + 1]; /* borrowed */
     facts_t f[MAX_PIECES + 1];
-    Py_ssize_t nread = 0;
-    PyObject *key = NULL, *route = NULL, *spans = NULL, *launches = NULL, *entry = NULL, *made = NULL;
-    PyObject *result = Py_False, *memory = NULL, *inverse = NULL;
+    Py_ssize_t narrays, nread, first_written;
     uintptr_t handle;
-    if (Q->routes == NULL || narrays > MAX_PIECES + 1 || !resolve_stream(&Q->streams, stream, &handle))
-        goto done;
-    key = PyTuple_New(3 + narrays);
-    if (key == NULL)
-        goto error;
-    Py_INCREF(op);
-    PyTuple_SET_ITEM(key, 0, op);
-    Py_INCREF(ints);
-    PyTuple_SET_ITEM(key, 1, ints);
-    PyObject *flags = PyTuple_Pack(1, fresh ? Py_True : Py_False);
-    if (flags == NULL)
-        goto error;
-    PyTuple_SET_ITEM(key, 2, flags);
-    while (nread < narrays) { /* each array's facts as op_routes.route_key holds them */
-        facts_t *a = &f[nread];
-        if (!array_facts(Q, arrays[nread], a, 1, 1))
-            goto done;
-        nread++;
-        if (!known_ordinal(a) || a->ordinal != f[0].ordinal) /* one device; Python names both otherwise */
-            goto done;
-        PyObject *fact = PyTuple_Pack(5, (PyObject *)Py_TYPE(arrays[nread - 1]), a->shape,
-                                      a->strides != NULL ? a->strides : Py_None, a->dtype,
-                                      a->writable ? Py_False : Py_True);
-        if (fact == NULL)
-            goto error;
-        PyTuple_SET_ITEM(key, 2 + nread, fact);
+    int fresh, wide_output; /* no out given; the wide array is the output (a join) */
+} call_t;
+
+static void call_clear(call_t *c) {
+    for (Py_ssize_t i = 0; i < c->nread; i++)
+        facts_clear(&c->f[i]);
+    Py_CLEAR(c->key);
+    Py_CLEAR(c->held[0]);
+    Py_CLEAR(c->held[1]);
+}
+
+/* Reads a call, split(dy, sizes, dim, out, stream) or join(xs, dim, out, stream), into
+ * ``c``: 1 read, its key made; 0 not one this lane takes (no error set, but an
+ * interrupt); -1 an error. Sequences are read as tuples made first: reading the arrays
+ * runs Python code, during which another thread may change a list. */
+static int read_call(OpLane *Q, int join, PyObject *const *args, call_t *c) {
+    memset(c, 0, sizeof *c);
+    PyObject *dim = args[join ? 1 : 2], *out = args[join ? 2 : 3], *stream = args[join ? 3 : 4];
+    PyObject *seq = args[join ? 0 : 1]; /* xs, or sizes */
+    c->fresh = out == Py_None;
+    c->wide_output = join;
+    if (!Q->enabled || !PyLong_CheckExact(dim) || (!PyList_CheckExact(seq) && !PyTuple_CheckExact(seq)) ||
+        (!join && !c->fresh && !PyList_CheckExact(out) && !PyTuple_CheckExact(out)))
+        return 0;
+    if ((c->held[0] = PySequence_Tuple(seq)) == NULL)
+        return -1;
+    if (!join && !c->fresh && (c->held[1] = PySequence_Tuple(out)) == NULL)
+        return -1;
+    Py_ssize_t n = PyTuple_GET_SIZE(c->held[0]), nints = join ? 1 : 1 + n;
+    if (n == 0 || n > MAX_PIECES || (!join && !c->fresh && PyTuple_GET_SIZE(c->held[1]) != n))
+        return 0;
+    if (join) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            c->arrays[c->narrays++] = PyTuple_GET_ITEM(c->held[0], i);
+        c->first_written = n;
+        if (!c->fresh)
+            c->arrays[c->narrays++] = out;
+    } else {
+        c->arrays[c->narrays++] = args[0];
+        c->first_written = 1;
+        for (Py_ssize_t i = 0; !c->fresh && i < n; i++)
+            c->arrays[c->narrays++] = PyTuple_GET_ITEM(c->held[1], i);
+        for (Py_ssize_t i = 0; i < n; i++) /* a bool equals 1 as a key, but is refused */
+            if (!PyLong_CheckExact(PyTuple_GET_ITEM(c->held[0], i)))
+                return 0;
     }
-    route = PyDict_GetItemWithError(Q->routes, key);
-    if (route == NULL)
-        goto absent;
-    Py_INCREF(route);
-    uint64_t first, itemsize = dtype_facts(Q, f[0].dtype, NULL), mask = itemsize - 1;
-    if (itemsize == 0 || !read_u64(route, s_first_output, &first) || first > (uint64_t)narrays)
-        goto done;
-    for (Py_ssize_t i = 0; i < narrays; i++)
-        if (f[i].address & mask)
-            goto done;
-    if (!fresh) { /* no output shares a byte with an input or another output (strided_ops.check_disjoint) */
-        spans = PyObject_GetAttr(route, s_spans);
-        if (spans == NULL || !PyTuple_CheckExact(spans) || PyTuple_GET_SIZE(spans) != narrays)
-            goto absent;
-        uint64_t lo[MAX_PIECES + 1], hi[MAX_PIECES + 1];
-        for (Py_ssize_t i = 0; i < narrays; i++) {
-            PyObject *s = PyTuple_GET_ITEM(spans, i);
-            long long a, b;
-            if (!PyTuple_CheckExact(s) || PyTuple_GET_SIZE(s) != 2)
-                goto done;
-            a = PyLong_AsLongLong(PyTuple_GET_ITEM(s, 0));
-            b = PyLong_AsLongLong(PyTuple_GET_ITEM(s, 1));
-            if (PyErr_Occurred())
-                goto absent;
-            lo[i] = f[i].address + (uint64_t)a;
-            hi[i] = f[i].address + (uint64_t)b;
+    if (!resolve_stream(&Q->streams, stream, &c->handle))
+        return 0;
+    /* (op, fresh, dim, *sizes, then per array: class, shape, strides, dtype, writable) */
+    if ((c->key = PyTuple_New(2 + nints + 5 * c->narrays)) == NULL)
+        return -1;
+    PyObject *head[3] = {join ? s_forward : s_backward, c->fresh ? Py_True : Py_False, dim};
+    Py_ssize_t at = 0;
+    for (; at < 3; at++) {
+        Py_INCREF(head[at]);
+        PyTuple_SET_ITEM(c->key, at, head[at]);
+    }
+    for (Py_ssize_t i = 0; !join && i < n; i++, at++) {
+        PyObject *size = PyTuple_GET_ITEM(c->held[0], i);
+        Py_INCREF(size);
+        PyTuple_SET_ITEM(c->key, at, size);
+    }
+    while (c->nread < c->narrays) {
+        facts_t *a = &c->f[c->nread];
+        PyObject *array = c->arrays[c->nread];
+        int written = c->nread >= c->first_written;
+        if (!array_facts(Q, array, a, written))
+            return 0;
+        c->nread++;
+        if (!known_ordinal(a) || a->ordinal != c->f[0].ordinal) /* one device; Python names both */
+            return 0;
+        PyObject *fact[5] = {(PyObject *)Py_TYPE(array), a->shape,
+                             a->strides != NULL ? a->strides : Py_None, a->dtype,
+                             !written ? Py_None : a->writable ? Py_True : Py_False};
+        for (int k = 0; k < 5; k++, at++) {
+            Py_INCREF(fact[k]);
+            PyTuple_SET_ITEM(c->key, at, fact[k]);
         }
-        for (Py_ssize_t j = (Py_ssize_t)first; j < narrays; j++)
+    }
+    return 1;
+}
+
+/* The wide array's address, the pieces' (into ``pieces``, their count returned) and the
+ * pattern of all of them modulo 16, the wide array's highest, from the arrays read and
+ * the results made (``made``, ``nmade`` addresses). */
+static Py_ssize_t call_addresses(const call_t *c, const uint64_t *made, Py_ssize_t nmade, uint64_t *wide,
+                                 uint64_t *pieces, uint64_t *pattern) {
+    uint64_t all[2 * (MAX_PIECES + 1)];
+    Py_ssize_t total = 0, npieces = 0;
+    for (Py_ssize_t i = 0; i < c->narrays; i++)
+        all[total++] = c->f[i].address;
+    for (Py_ssize_t i = 0; i < nmade && total < 2 * (MAX_PIECES + 1); i++)
+        all[total++] = made[i];
+    *wide = c->wide_output ? all[total - 1] : all[0];
+    *pattern = *wide & 15;
+    for (Py_ssize_t i = c->wide_output ? 0 : 1; i < (c->wide_output ? total - 1 : total); i++) {
+        pieces[npieces++] = all[i];
+        *pattern = *pattern << 4 | (all[i] & 15);
+    }
+    return npieces;
+}
+
+/* The slot of ``e`` for this device ordinal, stream and pattern (``any_pattern``: any of
+ * them), its device open: 1 found, its device and launch function in ``*device`` and
+ * ``*launch`` (new references); 0 none. The slot is copied before its device is asked
+ * whether it is closed: that runs Python code, during which the slot may be rewritten. */
+static int find_slot(OpEntry *e, long long ordinal, uint64_t handle, uint64_t pattern, int any_pattern,
+                     PyObject **device, PyObject **launch) {
+    for (int i = 0; i < e->nslots; i++) {
+        slot_t s = e->slots[i];
+        if (s.ordinal != ordinal || s.handle != handle || (!any_pattern && s.pattern != pattern))
+            continue;
+        Py_INCREF(s.device);
+        Py_INCREF(s.launch);
+        if (read_bool(s.device, s_closed, 0)) {
+            *device = s.device;
+            *launch = s.launch;
+            return 1;
+        }
+        Py_DECREF(s.device);
+        Py_DECREF(s.launch);
+        return 0; /* its device closed: the Python path runs the call (and remembers it anew) */
+    }
+    return 0;
+}
+
+/* Runs a call read into ``c`` by its entry: True launched (without out: the results), or
+ * False having done nothing. */
+static PyObject *lane_run(OpLane *Q, call_t *c) {
+    PyObject *result = Py_False, *made = NULL, *device = NULL, *launch = NULL;
+    OpEntry *e = (OpEntry *)PyDict_GetItemWithError(Q->entries, c->key);
+    if (e == NULL) {
+        drop_error();
+        return lane_false();
+    }
+    Py_INCREF(e); /* another thread may drop it from the table while Python code runs below */
+    uint64_t itemsize = dtype_facts(Q, c->f[0].dtype), mask = itemsize - 1;
+    if (itemsize == 0)
+        goto done;
+    for (Py_ssize_t i = 0; i < c->narrays; i++)
+        if (c->f[i].address & mask)
+            goto done;
+    if (!c->fresh) { /* no output shares a byte with an input or another output (strided_ops.check_disjoint) */
+        uint64_t lo[MAX_PIECES + 1], hi[MAX_PIECES + 1];
+        for (Py_ssize_t i = 0; i < c->narrays; i++) {
+            lo[i] = c->f[i].address + (uint64_t)e->lo[i];
+            hi[i] = c->f[i].address + (uint64_t)e->hi[i];
+        }
+        for (Py_ssize_t j = e->first_output; j < c->narrays; j++)
             for (Py_ssize_t i = 0; i < j; i++)
                 if (lo[i] < hi[i] && lo[j] < hi[j] && lo[i] < hi[j] && lo[j] < hi[i])
                     goto done;
     }
-    uint64_t addresses[MAX_PIECES + 1];
-    for (Py_ssize_t i = 0; i < narrays; i++)
-        addresses[i] = f[i].address;
-    if (fresh) {
-        memory = PyObject_GetAttr(route, s_memory_shapes);
-        inverse = memory != NULL ? PyObject_GetAttr(route, s_inverse) : NULL;
-        if (inverse == NULL || !PyTuple_CheckExact(memory) || narrays + PyTuple_GET_SIZE(memory) > MAX_PIECES + 1)
-            goto absent;
-        if ((f[0].key == NULL && Q->current_stream == NULL) || (f[0].key != NULL && inverse != Py_None))
+    uint64_t addresses[MAX_PIECES + 1], wide, pieces[MAX_PIECES + 1], pattern;
+    Py_ssize_t nmade = 0;
+    long long ordinal = c->f[0].ordinal;
+    if (c->fresh) {
+        const facts_t *first = &c->f[0];
+        if ((first->key == NULL && Q->current_stream == NULL) || (first->key != NULL && e->inverse != NULL))
             goto done; /* a DeviceArray's results are row-major, made so by the strided copy's route */
-        PyObject *device = f[0].key != NULL ? PyTuple_GET_ITEM(f[0].key, 0) : NULL;
-        made = fresh_results(Q, arrays[0], &f[0], device, handle, memory, inverse != Py_None ? inverse : NULL,
-                             addresses + narrays);
-        if (made == NULL)
-            goto absent;
-    }
-    Py_ssize_t total = narrays + (made != NULL ? PyList_GET_SIZE(made) : 0);
-    uint64_t wide = wide_output ? addresses[total - 1] : addresses[0], pieces[MAX_PIECES], aligns = wide & 15;
-    Py_ssize_t npieces = 0;
-    for (Py_ssize_t i = wide_output ? 0 : 1; i < (wide_output ? total - 1 : total); i++) {
-        pieces[npieces++] = addresses[i];
-        aligns = aligns << 4 | (addresses[i] & 15);
-    }
-    launches = PyObject_GetAttr(route, s_launches);
-    if (launches == NULL || !PyDict_CheckExact(launches))
-        goto absent;
-    PyObject *lkey = Py_BuildValue("(LKK)", f[0].ordinal, (unsigned long long)handle, (unsigned long long)aligns);
-    if (lkey == NULL)
-        goto error;
-    entry = PyDict_GetItemWithError(launches, lkey);
-    Py_DECREF(lkey);
-    if (entry == NULL)
-        goto absent;
-    Py_INCREF(entry); /* (device, launch), the device open */
-    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2 || !read_bool(PyTuple_GET_ITEM(entry, 0), s_closed, 0))
-        goto done;
-    if (run_launch(PyTuple_GET_ITEM(entry, 1), wide, pieces, npieces) < 0)
-        goto error;
-    result = made == NULL ? Py_True : wide_output ? PyList_GET_ITEM(made, 0) : made;
-    goto done;
-absent: /* an attribute or entry not there: not taken (an interrupt stays set) */
-    drop_error();
-    goto done;
-error:
-    result = NULL;
-done:
-    for (Py_ssize_t i = 0; i < nread; i++)
-        facts_clear(&f[i]);
-    Py_XINCREF(result);
-    Py_XDECREF(key);
-    Py_XDECREF(route);
-    Py_XDECREF(spans);
-    Py_XDECREF(launches);
-    Py_XDECREF(entry);
-    Py_XDECREF(memory);
-    Py_XDECREF(inverse);
-    Py_XDECREF(made);
-    if (result == Py_False) {
-        Py_DECREF(result);
-        return quick_false();
-    }
-    return result;
-}
-
-/* route_split(dy, sizes, dim, out, stream): channel_cat_backward by its remembered route. */
-static PyObject *QuickOps_route_split(QuickOps *Q, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "route_split(dy, sizes, dim, out, stream)");
-        return NULL;
-    }
-    PyObject *sizes = args[1], *dim = args[2], *out = args[3];
-    int fresh = out == Py_None;
-    if (!Q->enabled || !PyLong_CheckExact(dim) || (!PyList_CheckExact(sizes) && !PyTuple_CheckExact(sizes)) ||
-        (!fresh && !PyList_CheckExact(out) && !PyTuple_CheckExact(out)))
-        Py_RETURN_FALSE;
-    PyObject *ints = NULL, *outs = fresh ? NULL : PySequence_Tuple(out), *result = NULL;
-    PyObject *sized = PySequence_Tuple(sizes);
-    if (sized == NULL || (!fresh && outs == NULL))
-        goto done;
-    Py_ssize_t n = PyTuple_GET_SIZE(sized), nout = fresh ? 0 : PyTuple_GET_SIZE(outs);
-    if (n > MAX_PIECES || (!fresh && nout != n)) {
-        result = Py_False;
-        Py_INCREF(result);
-        goto done;
-    }
-    ints = PyTuple_New(n + 1);
-    if (ints == NULL)
-        goto done;
-    Py_INCREF(dim);
-    PyTuple_SET_ITEM(ints, 0, dim);
-    PyObject *arrays[MAX_PIECES + 1] = {args[0]};
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *s = PyTuple_GET_ITEM(sized, i);
-        if (!PyLong_CheckExact(s)) { /* a bool equals 1 as a key, but is refused */
-            result = Py_False;
-            Py_INCREF(result);
+        /* nothing is allocated unless a launch of this device and stream is there to run */
+        if (!find_slot(e, ordinal, c->handle, 0, 1, &device, &launch))
+            goto done;
+        Py_CLEAR(device);
+        Py_CLEAR(launch);
+        PyObject *own = first->key != NULL ? PyTuple_GET_ITEM(first->key, 0) : NULL;
+        nmade = PyTuple_GET_SIZE(e->memory_shapes);
+        made = fresh_results(Q, c->arrays[0], first, own, c->handle, e->memory_shapes, e->inverse, addresses);
+        if (made == NULL) { /* the allocator's own error (out of memory, say) is the caller's */
+            if (PyErr_Occurred())
+                result = NULL;
             goto done;
         }
-        Py_INCREF(s);
-        PyTuple_SET_ITEM(ints, i + 1, s);
-        if (!fresh)
-            arrays[i + 1] = PyTuple_GET_ITEM(outs, i);
     }
-    result = route_call(Q, s_backward, ints, fresh, arrays, 1 + nout, args[4], 0);
+    Py_ssize_t npieces = call_addresses(c, addresses, nmade, &wide, pieces, &pattern);
+    if (!find_slot(e, ordinal, c->handle, pattern, 0, &device, &launch))
+        goto done;
+    if (run_launch(launch, wide, pieces, npieces) < 0)
+        result = NULL;
+    else if (made != NULL)
+        result = c->wide_output ? PyList_GET_ITEM(made, 0) : made;
+    else
+        result = Py_True;
 done:
-    Py_XDECREF(ints);
-    Py_XDECREF(outs);
-    Py_XDECREF(sized);
+    Py_XINCREF(result);
+    Py_XDECREF(made); /* results not returned go back to their allocator */
+    Py_XDECREF(device);
+    Py_XDECREF(launch);
+    Py_DECREF(e);
+    if (result == Py_False) {
+        Py_DECREF(result);
+        return lane_false();
+    }
     return result;
 }
 
-/* route_join(xs, dim, out, stream): channel_cat_forward by its remembered route. */
-static PyObject *QuickOps_route_join(QuickOps *Q, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "route_join(xs, dim, out, stream)");
+static PyObject *lane_call(OpLane *Q, int join, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != (join ? 4 : 5)) {
+        PyErr_SetString(PyExc_TypeError, join ? "join(xs, dim, out, stream)" : "split(dy, sizes, dim, out, stream)");
         return NULL;
     }
-    PyObject *dim = args[1], *out = args[2];
-    if (!Q->enabled || !PyLong_CheckExact(dim) || (!PyList_CheckExact(args[0]) && !PyTuple_CheckExact(args[0])))
-        Py_RETURN_FALSE;
-    PyObject *xs = PySequence_Tuple(args[0]), *ints = NULL, *result = NULL;
-    if (xs == NULL)
-        return NULL;
-    Py_ssize_t n = PyTuple_GET_SIZE(xs);
-    if (n == 0 || n > MAX_PIECES) {
-        Py_DECREF(xs);
-        Py_RETURN_FALSE;
-    }
-    PyObject *arrays[MAX_PIECES + 1];
-    for (Py_ssize_t i = 0; i < n; i++)
-        arrays[i] = PyTuple_GET_ITEM(xs, i);
-    if (out != Py_None)
-        arrays[n] = out;
-    ints = PyTuple_Pack(1, dim);
-    if (ints != NULL)
-        result = route_call(Q, s_forward, ints, out == Py_None, arrays, n + (out != Py_None), args[3], 1);
-    Py_XDECREF(ints);
-    Py_DECREF(xs);
+    call_t c;
+    int read = read_call(Q, join, args, &c);
+    PyObject *result = read < 0 ? NULL : read == 0 ? lane_false() : lane_run(Q, &c);
+    call_clear(&c);
     return result;
 }
 
-/* bind_routes(routes): the table of op_routes' remembered routes, read by route_split/route_join. */
-static PyObject *QuickOps_bind_routes(QuickOps *Q, PyObject *routes) {
-    if (!PyDict_CheckExact(routes)) {
-        PyErr_SetString(PyExc_TypeError, "bind_routes takes op_routes' dict of routes");
+static PyObject *OpLane_split(OpLane *Q, PyObject *const *args, Py_ssize_t nargs) {
+    return lane_call(Q, 0, args, nargs);
+}
+
+static PyObject *OpLane_join(OpLane *Q, PyObject *const *args, Py_ssize_t nargs) {
+    return lane_call(Q, 1, args, nargs);
+}
+
+/* An int attribute of ``obj`` as a C long long; 0 with an error set where it is none. */
+static int read_ll(PyObject *obj, PyObject *name, long long *out) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    *out = v != NULL ? PyLong_AsLongLong(v) : -1;
+    Py_XDECREF(v);
+    return !PyErr_Occurred();
+}
+
+/* Whether ``route``'s results in memory order (``memory``, a tuple of shapes) and their
+ * dims over it (``inverse``: None, or a permutation of as many dims) are what
+ * dims_of_memory and fresh_results take. */
+static int results_fit(PyObject *memory, PyObject *inverse) {
+    if (!PyTuple_CheckExact(memory))
+        return 0;
+    Py_ssize_t rank = inverse == Py_None ? -1 : PyTuple_Check(inverse) ? PyTuple_GET_SIZE(inverse) : -2;
+    if (rank == -2 || rank > MAX_RANK)
+        return 0;
+    unsigned char used[MAX_RANK] = {0};
+    for (Py_ssize_t i = 0; i < rank; i++) {
+        Py_ssize_t k = PyLong_Check(PyTuple_GET_ITEM(inverse, i)) ? PyLong_AsSsize_t(PyTuple_GET_ITEM(inverse, i)) : -1;
+        if (k < 0 || k >= rank || used[k]++) {
+            drop_error();
+            return 0;
+        }
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(memory); i++) {
+        PyObject *shape = PyTuple_GET_ITEM(memory, i);
+        if (!PyTuple_Check(shape) || (rank >= 0 && PyTuple_GET_SIZE(shape) != rank))
+            return 0;
+    }
+    return 1;
+}
+
+/* The entry of a call read into ``c``, made from its ``route`` where the table has none
+ * (a new reference; NULL, an error set or not, where the route does not fit the call). */
+static OpEntry *entry_of(OpLane *Q, call_t *c, PyObject *route, Py_ssize_t nmade) {
+    OpEntry *e = (OpEntry *)PyDict_GetItemWithError(Q->entries, c->key);
+    if (e != NULL) {
+        Py_INCREF(e);
+        return e;
+    }
+    if (PyErr_Occurred() || (e = PyObject_GC_New(OpEntry, &OpEntryType)) == NULL)
+        return NULL;
+    e->memory_shapes = e->inverse = NULL;
+    e->nslots = 0;
+    memset(e->lo, 0, sizeof e->lo);
+    memset(e->hi, 0, sizeof e->hi);
+    PyObject_GC_Track(e);
+    long long first;
+    if (!read_ll(route, s_first_output, &first) || first < 1 || first > c->narrays)
+        goto error;
+    e->first_output = (Py_ssize_t)first;
+    if (!c->fresh) {
+        PyObject *spans = PyObject_GetAttr(route, s_spans);
+        int ok = spans != NULL && PyTuple_CheckExact(spans) && PyTuple_GET_SIZE(spans) == c->narrays;
+        for (Py_ssize_t i = 0; ok && i < c->narrays; i++) {
+            PyObject *span = PyTuple_GET_ITEM(spans, i);
+            ok = PyTuple_CheckExact(span) && PyTuple_GET_SIZE(span) == 2;
+            if (ok) {
+                e->lo[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(span, 0));
+                e->hi[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(span, 1));
+                ok = !PyErr_Occurred();
+            }
+        }
+        Py_XDECREF(spans);
+        if (!ok)
+            goto error;
+    } else {
+        PyObject *inverse = NULL;
+        e->memory_shapes = PyObject_GetAttr(route, s_memory_shapes);
+        if (e->memory_shapes == NULL || (inverse = PyObject_GetAttr(route, s_inverse)) == NULL)
+            goto error;
+        int fits = results_fit(e->memory_shapes, inverse) && PyTuple_GET_SIZE(e->memory_shapes) == nmade;
+        if (fits && inverse != Py_None)
+            e->inverse = inverse;
+        else
+            Py_DECREF(inverse);
+        if (!fits)
+            goto error;
+    }
+    if (PyDict_GET_SIZE(Q->entries) >= ENTRIES_KEPT)
+        PyDict_Clear(Q->entries);
+    if (PyDict_SetItem(Q->entries, c->key, (PyObject *)e) < 0)
+        goto error;
+    return e;
+error:
+    Py_DECREF(e);
+    return NULL;
+}
+
+/* Whether the arrays read into ``c`` are those the Python path checked: ``seen`` holds
+ * its (address, shape) of each, in the same order. Another thread may have changed a
+ * list or an array in between; a call so changed is not remembered. */
+static int read_as_seen(const call_t *c, PyObject *seen) {
+    if (!PyList_CheckExact(seen) || PyList_GET_SIZE(seen) != c->narrays)
+        return 0;
+    for (Py_ssize_t i = 0; i < c->narrays; i++) {
+        PyObject *pair = PyList_GET_ITEM(seen, i);
+        uint64_t address;
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+            !uint_bits(PyTuple_GET_ITEM(pair, 0), &address) || address != c->f[i].address)
+            return 0;
+        if (PyObject_RichCompareBool(PyTuple_GET_ITEM(pair, 1), c->f[i].shape, Py_EQ) != 1)
+            return 0;
+    }
+    return 1;
+}
+
+/* remember_split(dy, sizes, dim, out, stream, route, device, seen, made, launch) and
+ * remember_join(xs, dim, out, stream, route, device, seen, made, launch): a call the
+ * Python path checked and ran with ``launch`` on ``device``, remembered for the next of
+ * its kind. ``seen``: the (address, shape) it read of each array, inputs then outputs
+ * given; ``made``: the addresses of the results it made (an empty list where ``out`` was
+ * given). True remembered; False where this lane does not take such calls, or the
+ * arrays are not as the Python path saw them. It raises nothing but an interrupt: the
+ * op has run by then. */
+static PyObject *lane_remember(OpLane *Q, int join, PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t nops = join ? 4 : 5;
+    if (nargs != nops + 5) {
+        PyErr_SetString(PyExc_TypeError, join ? "remember_join(xs, dim, out, stream, route, device, seen, made, launch)"
+                                              : "remember_split(dy, sizes, dim, out, stream, route, device, seen, made, launch)");
         return NULL;
     }
-    Py_INCREF(routes);
-    Py_XSETREF(Q->routes, routes);
+    PyObject *route = args[nops], *device = args[nops + 1], *seen = args[nops + 2], *outputs = args[nops + 3];
+    PyObject *launch = args[nops + 4];
+    call_t c;
+    OpEntry *e = NULL;
+    int taken = 0;
+    if (read_call(Q, join, args, &c) <= 0 || !read_as_seen(&c, seen))
+        goto done;
+    uint64_t made[MAX_PIECES + 1], wide, pieces[MAX_PIECES + 1], pattern;
+    Py_ssize_t nmade = 0;
+    if (c.fresh) { /* the results' addresses, which the pattern of this call holds */
+        if (!PyList_CheckExact(outputs) || PyList_GET_SIZE(outputs) > MAX_PIECES + 1 - c.narrays)
+            goto done;
+        for (; nmade < PyList_GET_SIZE(outputs); nmade++)
+            if (!uint_bits(PyList_GET_ITEM(outputs, nmade), &made[nmade]))
+                goto done;
+    }
+    call_addresses(&c, made, nmade, &wide, pieces, &pattern);
+    if ((e = entry_of(Q, &c, route, nmade)) == NULL)
+        goto done;
+    int at = 0;
+    while (at < e->nslots && !(e->slots[at].ordinal == c.f[0].ordinal && e->slots[at].handle == c.handle &&
+                               e->slots[at].pattern == pattern))
+        at++;
+    if (at == SLOTS_KEPT) { /* past what an entry keeps: it starts over */
+        entry_slots_clear(e);
+        at = 0;
+    }
+    if (at > e->nslots) /* a finalizer run by the clearing remembered a call of this kind */
+        at = e->nslots;
+    slot_t *s = &e->slots[at];
+    PyObject *old_device = at < e->nslots ? s->device : NULL, *old_launch = at < e->nslots ? s->launch : NULL;
+    Py_INCREF(device);
+    Py_INCREF(launch);
+    *s = (slot_t){c.f[0].ordinal, c.handle, pattern, device, launch};
+    if (at == e->nslots)
+        e->nslots++;
+    Py_XDECREF(old_device); /* after the slot is whole: a finalizer may run Python code */
+    Py_XDECREF(old_launch);
+    taken = 1;
+done:
+    Py_XDECREF(e);
+    call_clear(&c);
+    drop_error(); /* the op has run: what could not be remembered runs through Python next time */
+    if (PyErr_Occurred())
+        return NULL;
+    return PyBool_FromLong(taken);
+}
+
+static PyObject *OpLane_remember_split(OpLane *Q, PyObject *const *args, Py_ssize_t nargs) {
+    return lane_remember(Q, 0, args, nargs);
+}
+
+static PyObject *OpLane_remember_join(OpLane *Q, PyObject *const *args, Py_ssize_t nargs) {
+    return lane_remember(Q, 1, args, nargs);
+}
+
+static PyObject *OpLane_forget(OpLane *Q, PyObject *unused) {
+    if (Q->entries != NULL)
+        PyDict_Clear(Q->entries);
     Py_RETURN_NONE;
 }
 
 /* bind_torch(tensor_class, dtypes, current_stream=None): recognise torch tensors, their dtypes
  * through the table; with ``current_stream`` (torch's raw current stream of a device index),
  * make the results of calls without ``out`` too. */
-static PyObject *QuickOps_bind_torch(QuickOps *Q, PyObject *args) {
+static PyObject *OpLane_bind_torch(OpLane *Q, PyObject *args) {
     PyObject *tensor, *dtypes, *current = Py_None;
     if (!PyArg_ParseTuple(args, "OO!|O", &tensor, &PyDict_Type, &dtypes, &current))
         return NULL;
@@ -2211,19 +2174,20 @@ static PyObject *QuickOps_bind_torch(QuickOps *Q, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *QuickOps_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"table", "device_array", "stream_class", "stream_handle", "known_streams",
-                            "enabled", NULL};
-    PyObject *table, *device_array, *stream_class, *stream_handle, *known;
+static PyObject *OpLane_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"device_array", "stream_class", "stream_handle", "known_streams", "enabled", NULL};
+    PyObject *device_array, *stream_class, *stream_handle, *known;
     int enabled = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOOO!|p", names, &PyDict_Type, &table, &device_array,
-                                     &stream_class, &stream_handle, &PySet_Type, &known, &enabled))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO!|p", names, &device_array, &stream_class,
+                                     &stream_handle, &PySet_Type, &known, &enabled))
         return NULL;
-    QuickOps *Q = (QuickOps *)type->tp_alloc(type, 0);
+    OpLane *Q = (OpLane *)type->tp_alloc(type, 0);
     if (Q == NULL)
         return NULL;
-    Py_INCREF(table);
-    Q->table = table;
+    if ((Q->entries = PyDict_New()) == NULL) {
+        Py_DECREF(Q);
+        return NULL;
+    }
     Py_INCREF(device_array);
     Q->device_array = device_array;
     streams_init(&Q->streams, stream_class, stream_handle, known);
@@ -2231,93 +2195,70 @@ static PyObject *QuickOps_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     return (PyObject *)Q;
 }
 
-static int QuickOps_traverse(QuickOps *Q, visitproc visit, void *arg) {
-    Py_VISIT(Q->table);
+static int OpLane_traverse(OpLane *Q, visitproc visit, void *arg) {
+    Py_VISIT(Q->entries);
     Py_VISIT(Q->device_array);
     Py_VISIT(Q->tensor);
     Py_VISIT(Q->torch_dtypes);
     Py_VISIT(Q->current_stream);
-    Py_VISIT(Q->routes);
     Py_VISIT(Q->dtype);
-    Py_VISIT(Q->dtype_name);
     streams_traverse(&Q->streams, visit, arg);
     return readers_traverse(&Q->readers, visit, arg);
 }
 
-static int QuickOps_clear(QuickOps *Q) {
-    Py_CLEAR(Q->table);
+static int OpLane_clear(OpLane *Q) {
+    Py_CLEAR(Q->entries);
     Py_CLEAR(Q->device_array);
     Py_CLEAR(Q->tensor);
     Py_CLEAR(Q->torch_dtypes);
     Py_CLEAR(Q->current_stream);
-    Py_CLEAR(Q->routes);
     Py_CLEAR(Q->dtype);
-    Py_CLEAR(Q->dtype_name);
     streams_clear(&Q->streams);
     readers_clear(&Q->readers);
     return 0;
 }
 
-static void QuickOps_dealloc(QuickOps *Q) {
+static void OpLane_dealloc(OpLane *Q) {
     PyObject_GC_UnTrack(Q);
     if (Q->weakrefs != NULL)
         PyObject_ClearWeakRefs((PyObject *)Q);
-    QuickOps_clear(Q);
+    OpLane_clear(Q);
     Py_TYPE(Q)->tp_free((PyObject *)Q);
 }
 
-static PyObject *QuickOps_split_checked(QuickOps *Q, PyObject *const *args, Py_ssize_t nargs) {
-    if (Q->table == NULL) {
-        PyErr_SetString(PyExc_ValueError, "cleared");
-        return NULL;
+/* Every method goes through here: a lane cleared by the collector answers an error. */
+#define LANE_METHOD(name)                                                                  \
+    static PyObject *name##_checked(OpLane *Q, PyObject *const *args, Py_ssize_t nargs) { \
+        if (Q->entries == NULL) {                                                          \
+            PyErr_SetString(PyExc_ValueError, "cleared");                                  \
+            return NULL;                                                                   \
+        }                                                                                  \
+        return name(Q, args, nargs);                                                       \
     }
-    return QuickOps_split(Q, args, nargs);
-}
+LANE_METHOD(OpLane_split)
+LANE_METHOD(OpLane_join)
+LANE_METHOD(OpLane_remember_split)
+LANE_METHOD(OpLane_remember_join)
 
-static PyObject *QuickOps_join_checked(QuickOps *Q, PyObject *const *args, Py_ssize_t nargs) {
-    if (Q->table == NULL) {
-        PyErr_SetString(PyExc_ValueError, "cleared");
-        return NULL;
-    }
-    return QuickOps_join(Q, args, nargs);
-}
-
-static PyObject *QuickOps_route_split_checked(QuickOps *Q, PyObject *const *args, Py_ssize_t nargs) {
-    if (Q->table == NULL) {
-        PyErr_SetString(PyExc_ValueError, "cleared");
-        return NULL;
-    }
-    return QuickOps_route_split(Q, args, nargs);
-}
-
-static PyObject *QuickOps_route_join_checked(QuickOps *Q, PyObject *const *args, Py_ssize_t nargs) {
-    if (Q->table == NULL) {
-        PyErr_SetString(PyExc_ValueError, "cleared");
-        return NULL;
-    }
-    return QuickOps_route_join(Q, args, nargs);
-}
-
-static PyMethodDef QuickOps_methods[] = {
-    {"split", (PyCFunction)(void (*)(void))QuickOps_split_checked, METH_FASTCALL,
+static PyMethodDef OpLane_methods[] = {
+    {"split", (PyCFunction)(void (*)(void))OpLane_split_checked, METH_FASTCALL,
      "split(dy, sizes, dim, out, stream): True launched (out None: the results), or False having done nothing."},
-    {"join", (PyCFunction)(void (*)(void))QuickOps_join_checked, METH_FASTCALL,
+    {"join", (PyCFunction)(void (*)(void))OpLane_join_checked, METH_FASTCALL,
      "join(xs, dim, out, stream): True launched (out None: the result), or False having done nothing."},
-    {"route_split", (PyCFunction)(void (*)(void))QuickOps_route_split_checked, METH_FASTCALL,
-     "route_split(dy, sizes, dim, out, stream): a split by its remembered route, as split answers."},
-    {"route_join", (PyCFunction)(void (*)(void))QuickOps_route_join_checked, METH_FASTCALL,
-     "route_join(xs, dim, out, stream): a concat by its remembered route, as join answers."},
-    {"bind_routes", (PyCFunction)QuickOps_bind_routes, METH_O,
-     "bind_routes(routes): op_routes' table of remembered routes."},
-    {"bind_torch", (PyCFunction)QuickOps_bind_torch, METH_VARARGS,
+    {"remember_split", (PyCFunction)(void (*)(void))OpLane_remember_split_checked, METH_FASTCALL,
+     "remember_split(dy, sizes, dim, out, stream, route, device, seen, made, launch): a checked call, for the next."},
+    {"remember_join", (PyCFunction)(void (*)(void))OpLane_remember_join_checked, METH_FASTCALL,
+     "remember_join(xs, dim, out, stream, route, device, seen, made, launch): a checked call, for the next."},
+    {"forget", (PyCFunction)OpLane_forget, METH_NOARGS, "forget(): every call remembered."},
+    {"bind_torch", (PyCFunction)OpLane_bind_torch, METH_VARARGS,
      "bind_torch(tensor_class, dtypes, current_stream=None): recognise torch tensors (dtypes: torch "
      "dtype -> DType); with torch's raw current stream of a device index, make results without out."},
     {NULL, NULL, 0, NULL},
 };
 
-static PyObject *QuickOps_get_enabled(QuickOps *Q, void *unused) { return PyBool_FromLong(Q->enabled); }
+static PyObject *OpLane_get_enabled(OpLane *Q, void *unused) { return PyBool_FromLong(Q->enabled); }
 
-static int QuickOps_set_enabled(QuickOps *Q, PyObject *value, void *unused) {
+static int OpLane_set_enabled(OpLane *Q, PyObject *value, void *unused) {
     if (value == NULL || !PyBool_Check(value)) {
         PyErr_SetString(PyExc_TypeError, "enabled takes True or False");
         return -1;
@@ -2326,25 +2267,30 @@ static int QuickOps_set_enabled(QuickOps *Q, PyObject *value, void *unused) {
     return 0;
 }
 
-static PyGetSetDef QuickOps_getset[] = {
-    {"enabled", (getter)QuickOps_get_enabled, (setter)QuickOps_set_enabled,
+static PyObject *OpLane_get_size(OpLane *Q, void *unused) {
+    return PyLong_FromSsize_t(Q->entries != NULL ? PyDict_GET_SIZE(Q->entries) : 0);
+}
+
+static PyGetSetDef OpLane_getset[] = {
+    {"enabled", (getter)OpLane_get_enabled, (setter)OpLane_set_enabled,
      "False: every call answers False, and the Python path takes it", NULL},
+    {"remembered", (getter)OpLane_get_size, NULL, "how many kinds of call the lane holds", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject QuickOpsType = {
+static PyTypeObject OpLaneType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "runtime._fastlaunch.QuickOps",
-    .tp_basicsize = sizeof(QuickOps),
+    .tp_name = "runtime._fastlaunch.OpLane",
+    .tp_basicsize = sizeof(OpLane),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "The ops' common call in C, for calls whose table entries exist; see runtime/op_quick.py.",
-    .tp_new = QuickOps_new,
-    .tp_dealloc = (destructor)QuickOps_dealloc,
-    .tp_traverse = (traverseproc)QuickOps_traverse,
-    .tp_clear = (inquiry)QuickOps_clear,
-    .tp_methods = QuickOps_methods,
-    .tp_getset = QuickOps_getset,
-    .tp_weaklistoffset = offsetof(QuickOps, weakrefs),
+    .tp_doc = "The ops' calls in C, for the kinds of call the Python path remembered here; see runtime/ops.py.",
+    .tp_new = OpLane_new,
+    .tp_dealloc = (destructor)OpLane_dealloc,
+    .tp_traverse = (traverseproc)OpLane_traverse,
+    .tp_clear = (inquiry)OpLane_clear,
+    .tp_methods = OpLane_methods,
+    .tp_getset = OpLane_getset,
+    .tp_weaklistoffset = offsetof(OpLane, weakrefs),
 };
 
 /* --- the module ------------------------------------------------------------------- */
@@ -2355,10 +2301,10 @@ static int intern_all(void) {
         {&s_dtype, "dtype"}, {&s_is_cuda, "is_cuda"}, {&s_get_device, "get_device"},
         {&s_is_contiguous, "is_contiguous"}, {&s_data_ptr, "data_ptr"}, {&s_handle, "handle"},
         {&s_stream, "stream"}, {&s_shared_mem, "shared_mem"}, {&s_shape, "shape"},
-        {&s_name, "name"}, {&s_ordinal, "ordinal"}, {&s_closed, "closed"},
+        {&s_ordinal, "ordinal"}, {&s_closed, "closed"},
         {&s_requires_grad, "requires_grad"}, {&s_itemsize, "itemsize"}, {&s_new_empty, "new_empty"},
-        {&s_empty, "empty"}, {&s_stride, "stride"}, {&s_permute, "permute"},
-        {&s_first_output, "first_output"}, {&s_spans, "spans"}, {&s_launches, "launches"},
+        {&s_empty, "empty"}, {&s_stride, "stride"}, {&s_new_empty_strided, "new_empty_strided"},
+        {&s_first_output, "first_output"}, {&s_spans, "spans"},
         {&s_memory_shapes, "memory_shapes"}, {&s_inverse, "inverse"}, {&s_backward, "backward"},
         {&s_forward, "forward"},
     };
@@ -2386,17 +2332,18 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__fastlaunch(void) {
     if (!intern_all() || PyType_Ready(&LaunchType) < 0 || PyType_Ready(&PreparedType) < 0 ||
-        PyType_Ready(&StepsType) < 0 || PyType_Ready(&QuickOpsType) < 0)
+        PyType_Ready(&StepsType) < 0 || PyType_Ready(&OpLaneType) < 0 ||
+        PyType_Ready(&OpEntryType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
     Py_INCREF(&LaunchType);
     Py_INCREF(&PreparedType);
-    Py_INCREF(&QuickOpsType);
+    Py_INCREF(&OpLaneType);
     Py_INCREF(&StepsType);
     if (PyModule_AddObject(m, "Launch", (PyObject *)&LaunchType) < 0 ||
-        PyModule_AddObject(m, "QuickOps", (PyObject *)&QuickOpsType) < 0 ||
+        PyModule_AddObject(m, "OpLane", (PyObject *)&OpLaneType) < 0 ||
         PyModule_AddObject(m, "Prepared", (PyObject *)&PreparedType) < 0 ||
         PyModule_AddObject(m, "Steps", (PyObject *)&StepsType) < 0 ||
         PyModule_AddIntConstant(m, "MAX_BUFFER", MAX_BUFFER) < 0 ||

@@ -195,10 +195,14 @@ class Device:
         if problems:
             raise TypeError(f"{type(kernel).__name__} is not a usable ptxgen.Kernel: {'; '.join(problems)}")
         self._check_compatible(kernel)
-        # The PTX decides what is loaded; the typing decides how it is launched. Two kernel
-        # objects with the same source and the same typing share one module.
+        # The PTX decides what is loaded; the typing decides how it is launched, and the
+        # kernel's id names the contract its launches are checked against (footprints):
+        # kernels of one source may differ there (the row gather's PTX is the same for every
+        # set of wide-chunk flags beside a narrow chunk, its checks are not). Two kernel
+        # objects with the same source, typing and id share one module.
         key = (
             kernel.content_hash,
+            kernel.id,
             kernel.entry_point_name,
             tuple(kernel.arg_types),
             tuple(kernel.arg_names),

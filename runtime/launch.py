@@ -178,15 +178,14 @@ def use_compiled_launch(on: bool) -> bool:
     return old
 
 
-def compiled_ops(table: dict[Any, Any]) -> Any:
-    """A ``runtime._fastlaunch.QuickOps`` over the ops' quick-call table, or None where
-    the extension is not built. See :mod:`runtime.ops`. Its ``enabled`` follows
-    :func:`use_compiled_launch`: switched off, its calls answer False and the ops' Python
-    path takes them."""
+def compiled_ops() -> Any:
+    """A ``runtime._fastlaunch.OpLane``, the ops' calls in C for the kinds of call their
+    Python path remembered there, or None where the extension is not built. See
+    :mod:`runtime.ops`. Its ``enabled`` follows :func:`use_compiled_launch`: switched
+    off, its calls answer False and the ops' Python path takes them."""
     if _fastlaunch is None:
         return None
-    ops = _fastlaunch.QuickOps(
-        table=table,
+    ops = _fastlaunch.OpLane(
         device_array=DeviceArray,
         stream_class=Stream,
         stream_handle=stream_handle,

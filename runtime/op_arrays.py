@@ -5,8 +5,7 @@ torch tensor or CuPy array through its own attributes, anything else through
 ``__cuda_array_interface__`` or DLPack) into an :class:`_Array`, or raises naming the
 argument; the checks after it (alignment, an output's shape, dtype and writability, one
 memory order, overlap, one device) raise naming the argument too, before anything is
-allocated or launched. The ops' general path (:mod:`runtime.ops`) runs them; the quick
-path (:mod:`runtime.op_quick`) shares only the torch tensor class.
+allocated or launched. The ops' path (:mod:`runtime.ops`) runs them.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Per shape: the checks of ``dim`` and ``sizes`` and the shapes they give (:func:`
 :mod:`runtime.strided_ops` for the strided copy) with its kernels loaded and its launches
 prepared per stream as one function of the arrays' base addresses (:class:`_Compiled`).
 :func:`plan_for` shows a plan without a call; :func:`runtime.ops.clear_plans` forgets
-everything kept here and in the quick path's table.
+everything kept here, the remembered routes and the C lane's entries.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from .strided_ops import Strided, check_own_memory, row_major_strides, span
 from .strides import inverse, permuted
 
 __all__ = [
-    "Route", "clear_routes", "join_route", "remembered", "remembered_routes", "route_key", "split_route",
+    "Route", "clear_routes", "join_route", "remembered", "route_key", "split_route",
 ]  # fmt: skip
 
 
@@ -50,11 +50,11 @@ class Route:
     arrays listed as the op names them: inputs first, outputs from ``first_output``.
     ``strided``: the strided copy runs ``problem``; else the fused kernels run the
     row-major problem of ``rows`` rows of pieces ``extents`` elements wide, the wide
-    array's row pitch ``pitch`` (0: packed). ``launches`` holds the launch functions the
-    calls of this kind ran, for the C path to run the next the same way."""
+    array's row pitch ``pitch`` (0: packed). ``memory_shapes`` and ``inverse``: the
+    results made where ``out`` is not given, in memory order, and their dims over it."""
 
     __slots__ = (
-        "dtype", "extents", "first_output", "inverse", "launches", "memory_shapes", "op", "order",
+        "dtype", "extents", "first_output", "inverse", "memory_shapes", "op", "order",
         "out_shapes", "pitch", "problem", "rows", "spans", "strided",
     )  # fmt: skip
 
@@ -79,9 +79,6 @@ class Route:
         # Results made in memory order, then seen in the input's dims (channels_last, say)
         self.memory_shapes = out_shapes if order is None else tuple(permuted(s, order) for s in out_shapes)
         self.inverse = None if order is None else inverse(order)
-        # (device ordinal, stream handle, addresses modulo 16) -> (device, launch function),
-        # registered by the ops' second step for the C path (runtime._fastlaunch.QuickOps)
-        self.launches: dict[tuple[int, int, int], tuple[Any, Any]] = {}
 
 
 # --- the remembered routes -------------------------------------------------------------
@@ -117,11 +114,6 @@ def _remember(key: tuple[Any, ...] | None, route: Route) -> Route:
 
 def clear_routes() -> None:
     _routes.clear()
-
-
-def remembered_routes() -> dict[tuple[Any, ...], Route]:
-    """The table itself, which the C path reads (it is cleared in place, never replaced)."""
-    return _routes
 
 
 def _offsets(view: Strided) -> tuple[int, int]:

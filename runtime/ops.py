@@ -9,14 +9,17 @@ contiguous elements of each row. Arrays may be :class:`runtime.DeviceArray` or
 anything with ``__cuda_array_interface__`` or DLPack (PyTorch, CuPy, Numba), compact
 and row-major.
 
-Every argument is checked before anything is allocated or launched. The common call
-(contiguous arrays of one kind, a shape seen before) takes the quick path
-(:mod:`runtime.op_quick`, and its checks in C). Any other takes two steps: its arrays
-are read (:mod:`runtime.op_arrays`) and what their shapes, dtypes, strides and kinds
-decide is looked up, or worked out and checked once, as a route (:mod:`runtime.op_routes`:
-the fused kernels, or the strided copy); then what depends on the addresses is checked
-(alignment, overlap, one device), the results made where not given, and the route's
-plan (:mod:`runtime.op_plans`, made once per device and alignment) launched.
+Every argument is checked before anything is allocated or launched, on one path in two
+steps: the arrays are read (:mod:`runtime.op_arrays`) and what their shapes, dtypes,
+strides and kinds decide is looked up, or worked out and checked once, as a route
+(:mod:`runtime.op_routes`: the fused kernels, or the strided copy); then what depends on
+the addresses is checked (alignment, overlap, one device), the results made where not
+given, and the route's plan (:mod:`runtime.op_plans`, made once per device and
+alignment) launched. Where the extension is built, a call of a kind this path has run
+goes through C instead (``runtime._fastlaunch.OpLane``): after each call it ran, this
+path hands the lane the call and what it decided (the route, the device, the launch
+function), and the lane runs the next call of that kind with the same per-call checks,
+or leaves it here.
 """
 
 from __future__ import annotations
@@ -36,29 +39,24 @@ from .op_arrays import (
     _torch_seen,
 )
 from .op_plans import _compiled, _compiled_strided, _join_shapes, _plans, _plans_lock, _split_shapes, plan_for
-from .op_quick import _backward_fresh, _backward_quick, _forward_fresh, _forward_quick, _quick_calls
-from .op_routes import Route, clear_routes, join_route, remembered, remembered_routes, route_key, split_route
+from .op_routes import Route, clear_routes, join_route, remembered, route_key, split_route
 from .outputs import new_outputs, torch_stream_reader
 from .stream import stream_handle
 from .strided_ops import check_disjoint
 
 __all__ = ["channel_cat_backward", "channel_cat_forward", "clear_plans", "plan_for"]
 
-# The quick path's checks in C (runtime._fastlaunch.QuickOps), which the ops try first,
-# for calls whose entries the quick path's table and its launch functions already hold;
-# None where the extension is not built.
-_quick_c = _launch.compiled_ops(_quick_calls)
-if _quick_c is not None:
-    _quick_c.bind_routes(remembered_routes())
-_LAUNCHES_KEPT = 64  # launch functions a route keeps for the C path; past this it starts over
+# The ops' calls in C (runtime._fastlaunch.OpLane), tried first, for the kinds of call
+# this module's path has run and handed it; None where the extension is not built.
+_lane = _launch.compiled_ops()
 
 
 def _bind_torch(tensor: type) -> None:
-    """Lets the C path read torch tensors, once the array reader has seen torch imported,
+    """Lets the C lane read torch tensors, once the array reader has seen torch imported,
     and make their results where torch's current stream is the op's (as
     :func:`runtime.outputs.new_outputs` does), given torch's raw current-stream reader."""
-    if _quick_c is not None:
-        _quick_c.bind_torch(tensor, torch_dtype_table(), torch_stream_reader())
+    if _lane is not None:
+        _lane.bind_torch(tensor, torch_dtype_table(), torch_stream_reader())
 
 
 _torch_seen.append(_bind_torch)
@@ -71,20 +69,21 @@ def clear_plans() -> None:
         _plans.clear()
         _split_shapes.clear()
         _join_shapes.clear()
-        _quick_calls.clear()
         clear_routes()
+        if _lane is not None:
+            _lane.forget()
 
 
-# --- the general path: a call's route, then its addresses ---------------------------------
+# --- the path: a call's route, then its addresses -------------------------------------------
 
 
 def _launch_route(op: str, route: Route, named: list[tuple[str, _Array]], given: bool, like: Any,
-                  handle: int) -> tuple[list[Any] | None, list[int]]:  # fmt: skip
+                  handle: int) -> tuple[list[Any] | None, list[int], Any, Any]:  # fmt: skip
     """Runs ``route`` on the arrays ``named`` (inputs, then outputs where ``given``):
     every check of their addresses (alignment, overlap, one device) before anything is
     allocated or launched; then the results made (of ``like``'s kind, on the op's stream)
-    where not given, and the launches. Returns the results made (None where given) and
-    the outputs' addresses."""
+    where not given, and the launches. Returns the results made (None where given), the
+    outputs' addresses, the device and the launch function (for the C lane)."""
     mask = route.dtype.itemsize - 1
     for what, a in named:
         if a.ptr & mask and a.nbytes:
@@ -111,14 +110,16 @@ def _launch_route(op: str, route: Route, named: list[tuple[str, _Array]], given:
                              route.pitch)  # fmt: skip
     launch = compiled.launcher(handle)
     launch(wide, *pieces)
-    if _quick_c is not None:  # for the C path's next call of this kind (QuickOps.route_split / route_join)
-        pattern = wide & 15
-        for p in pieces:
-            pattern = pattern << 4 | (p & 15)
-        if len(route.launches) >= _LAUNCHES_KEPT:
-            route.launches.clear()
-        route.launches[(device.ordinal, handle, pattern)] = (device, launch)
-    return made, outputs
+    return made, outputs, device, launch
+
+
+# The arrays' names in messages, made once: a call's f-strings cost more than its reads.
+_OUT_NAMES = tuple(f"out[{i}]" for i in range(64))
+_XS_NAMES = tuple(f"xs[{i}]" for i in range(64))
+
+
+def _names(table: tuple[str, ...], prefix: str, n: int) -> Sequence[str]:
+    return table[:n] if n <= len(table) else [f"{prefix}[{i}]" for i in range(n)]
 
 
 def _read_each(op: str, values: Sequence[Any], names: Sequence[str], handle: int) -> list[_Array] | None:
@@ -145,21 +146,13 @@ def channel_cat_backward(
     launches are queued on ``stream`` and not waited for.
     """
     op = "channel_cat_backward"
-    if _quick_c is not None:  # True, or without out the results; else False, nothing done
-        done = _quick_c.split(dy, sizes, dim, out, stream)
-        if done is False:
-            done = _quick_c.route_split(dy, sizes, dim, out, stream)
+    if _lane is not None:  # True, or without out the results; else False, nothing done
+        done = _lane.split(dy, sizes, dim, out, stream)
         if done is not False:
             return list(out) if out is not None else done
     handle = stream_handle(stream)
-    if out is not None and _backward_quick(dy, sizes, dim, out, handle):
-        return list(out)
-    if out is None:
-        made = _backward_fresh(dy, sizes, dim, handle)
-        if made is not None:
-            return made
     src = _recognise(op, "dy", dy, handle)
-    names = [f"out[{i}]" for i in range(len(out))] if _is_sequence(out) else []
+    names = _names(_OUT_NAMES, "out", len(out)) if _is_sequence(out) else ()
     outs = _read_each(op, out, names, handle) if names else None
     key = None
     if sizes.__class__ is list or sizes.__class__ is tuple:
@@ -171,7 +164,10 @@ def channel_cat_backward(
         if outs is None:  # the route read each in its turn; read again, they raise as they did
             outs = [_recognise(op, what, o, handle) for what, o in zip(names, out)]
         named += zip(names, outs)
-    made, _ = _launch_route(op, route, named, out is not None, dy, handle)
+    made, outputs, device, launch = _launch_route(op, route, named, out is not None, dy, handle)
+    if _lane is not None:  # the next call of this kind runs in C
+        seen, made_at = [(a.ptr, a.shape) for _, a in named], outputs if made is not None else []
+        _lane.remember_split(dy, sizes, dim, out, stream, route, device, seen, made_at, launch)
     return list(out) if made is None else made
 
 
@@ -184,10 +180,8 @@ def channel_cat_forward(xs: Sequence[Any], dim: int = 1, *, out: Any = None, str
     valid; the launches are queued on ``stream``.
     """
     op = "channel_cat_forward"
-    if _quick_c is not None:  # True, or without out the result; else False, nothing done
-        done = _quick_c.join(xs, dim, out, stream)
-        if done is False:
-            done = _quick_c.route_join(xs, dim, out, stream)
+    if _lane is not None:  # True, or without out the result; else False, nothing done
+        done = _lane.join(xs, dim, out, stream)
         if done is not False:
             return out if out is not None else done
     handle = stream_handle(stream)
@@ -197,21 +191,19 @@ def channel_cat_forward(xs: Sequence[Any], dim: int = 1, *, out: Any = None, str
         raise TypeError(f"{op}: xs must be a list or tuple of arrays, not {type(xs).__name__}")
     if not xs:
         raise ValueError(f"{op}: xs is empty; give at least one array to concatenate")
-    if out is not None and _forward_quick(xs, dim, out, handle):
-        return out
-    if out is None:
-        made = _forward_fresh(xs, dim, handle)
-        if made is not None:
-            return made
-    inputs = [_recognise(op, f"xs[{i}]", x, handle) for i, x in enumerate(xs)]
+    xs_names = _names(_XS_NAMES, "xs", len(xs))
+    inputs = [_recognise(op, what, x, handle) for what, x in zip(xs_names, xs)]
     dst = _read_each(op, [out], ["out"], handle) if out is not None else None
     key = None
     if out is None or dst is not None:
         key = route_key("forward", (dim,), (out is None,), [*inputs, *(dst or [])])
     route = remembered(key) or join_route(op, key, inputs, dim, out, dst[0] if dst else None, handle)
-    named = [(f"xs[{i}]", a) for i, a in enumerate(inputs)]
+    named = list(zip(xs_names, inputs))
     if out is not None:
         # where it could not be read for the key, the route read it; read again, it raises as it did
         named.append(("out", dst[0] if dst else _recognise(op, "out", out, handle)))
-    made, _ = _launch_route(op, route, named, out is not None, xs[0], handle)
+    made, outputs, device, launch = _launch_route(op, route, named, out is not None, xs[0], handle)
+    if _lane is not None:
+        seen, made_at = [(a.ptr, a.shape) for _, a in named], outputs if made is not None else []
+        _lane.remember_join(xs, dim, out, stream, route, device, seen, made_at, launch)
     return out if made is None else made[0]

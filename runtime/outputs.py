@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .stream import same_stream
-from .strides import describe_order, inverse, permuted
+from .strides import dense_strides, describe_order, inverse, permuted
 
 if TYPE_CHECKING:
     from ptxgen.dtypes import DType
@@ -53,8 +53,7 @@ def new_outputs(
     allocated."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(like, torch.Tensor):
-        arrays = _torch_outputs(torch, like, stream, _in_memory(shapes, order))
-        arrays = arrays if order is None else [a.permute(inverse(order)) for a in arrays]
+        arrays = _torch_outputs(torch, like, stream, shapes, order)
         return arrays, [a.data_ptr() for a in arrays]
     cupy = sys.modules.get("cupy")
     if cupy is not None and isinstance(like, cupy.ndarray):
@@ -89,11 +88,20 @@ def _torch_current_stream(torch: Any, index: int) -> int:
     return int(torch.cuda.current_stream(index).cuda_stream)
 
 
-def _torch_outputs(torch: Any, like: Any, stream: int, shapes: Sequence[tuple[int, ...]]) -> list[Any]:
+def _torch_outputs(
+    torch: Any, like: Any, stream: int, shapes: Sequence[tuple[int, ...]], order: tuple[int, ...] | None
+) -> list[Any]:
     # new_empty: like's dtype and device, contiguous, outside autograd (an op's result is
-    # a new leaf). torch hands a block to the stream current at allocation: the op's.
+    # a new leaf); new_empty_strided, the same dense in ``order`` in one call (new_empty
+    # then permute would take two). torch hands a block to the stream current at
+    # allocation: the op's.
+    def make() -> list[Any]:
+        if order is None:
+            return [like.new_empty(s) for s in shapes]
+        return [like.new_empty_strided(s, dense_strides(s, order)) for s in shapes]
+
     if same_stream(_torch_current_stream(torch, like.get_device()), stream):
-        return [like.new_empty(s) for s in shapes]
+        return make()
     # torch.cuda.ExternalStream(0) would be a stream of torch's pool, not the default one
     named = (
         torch.cuda.default_stream(like.device)
@@ -101,7 +109,7 @@ def _torch_outputs(torch: Any, like: Any, stream: int, shapes: Sequence[tuple[in
         else torch.cuda.ExternalStream(stream, device=like.device)
     )
     with torch.cuda.stream(named):
-        return [like.new_empty(s) for s in shapes]
+        return make()
 
 
 def _cupy_outputs(cupy: Any, like: Any, stream: int, shapes: Sequence[tuple[int, ...]]) -> list[Any]:

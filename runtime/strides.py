@@ -78,12 +78,13 @@ def _expected(shape: Sequence[int], order: Sequence[int]) -> tuple[int, ...]:
 
 
 def dense_strides(shape: Sequence[int], order: Sequence[int]) -> tuple[int, ...]:
-    """The element strides of a dense array of ``shape`` laid out in ``order``."""
+    """The element strides of a dense array of ``shape`` laid out in ``order``; an
+    extent of 0 steps as 1, as torch's own strides do."""
     strides = [0] * len(shape)
     step = 1
     for d in reversed(order):
         strides[d] = step
-        step *= shape[d]
+        step *= max(shape[d], 1)
     return tuple(strides)
 
 

@@ -407,7 +407,7 @@ def test_without_the_extension_the_python_path_launches_alone(monkeypatch):
         launch, "_fastlaunch_missing", "it was not compiled at install (no C compiler found?)"
     )
     assert launch.compiled_launch_available().startswith("runtime._fastlaunch is not available:")
-    assert launch.compiled_ops({}) is None and launch.compiled_steps(0, (), lambda: None) is None
+    assert launch.compiled_ops() is None and launch.compiled_steps(0, (), lambda: None) is None
     binding = RecordingBinding(ArgumentLayout(K.arg_names, K.arg_types), compiled=True)
     fn = function_for(K, binding)
     assert not fn.launcher.compiled and fn.launch is fn.launcher.python_launch

@@ -1,5 +1,5 @@
 """runtime._fastlaunch built with AddressSanitizer and UndefinedBehaviorSanitizer, and
-the CPU tests of both launch paths and of the ops' quick path run against it in a
+the CPU tests of both launch paths and of the ops' C lane run against it in a
 subprocess: any out-of-bounds access, use after free or undefined behaviour in the C
 code stops the run with a report. Needs gcc with libasan and libubsan (else skipped)."""
 
@@ -16,7 +16,8 @@ import pytest
 from conftest import ROOT
 
 TESTS = ["tests/test_fastlaunch_cpu.py", "tests/test_launch_cpu.py", "tests/test_launch_footprints_cpu.py",
-         "tests/test_ops_cpu.py", "tests/test_dependent_launch.py"]  # fmt: skip
+         "tests/test_ops_cpu.py", "tests/test_dependent_launch.py", "tests/test_op_lane_cpu.py",
+         "tests/test_ops_fresh_cpu.py", "tests/test_ops_routes_c_cpu.py"]  # fmt: skip
 
 
 def _library(compiler: str, name: str) -> str | None:

@@ -29,6 +29,11 @@ CASES = [
 ] + [(cls, "bf16", 256, "sm_80", {}) for cls in ptxgen.KERNELS.values()]
 
 
+# The row gather's golden kernels differ only in chunks, granule and wide-chunk flags.
+_ROW_GATHER = dict(
+    direction="forward", unroll=1, block=64, loader="cp.async", row_gather=True, target="sm_90"
+)
+
 # The fast kernels take keyword arguments only: (class, arguments), two or three a family.
 FASTCAT_CASES = [
     (ptxgen.kernels.FastcatVec, {"direction": "backward", "width": 16, "target": "sm_90"}),
@@ -88,45 +93,15 @@ FASTCAT_CASES = [
     ),
     (  # a concat's row vectors read out of the staging area (the row gather)
         ptxgen.kernels.FastcatTile,
-        dict(
-            direction="forward",
-            chunks=2,
-            granule=1,
-            unroll=1,
-            block=64,
-            loader="cp.async",
-            wide_chunks=True,
-            row_gather=True,
-            target="sm_90",
-        ),
+        dict(_ROW_GATHER, chunks=2, granule=1, wide_chunks=True),
     ),
     (  # ... at a 4-byte granule: aligned windows, no shifts, each word one piece's or the other's
         ptxgen.kernels.FastcatTile,
-        dict(
-            direction="forward",
-            chunks=2,
-            granule=4,
-            unroll=1,
-            block=64,
-            loader="cp.async",
-            wide_chunks=True,
-            row_gather=True,
-            target="sm_90",
-        ),
+        dict(_ROW_GATHER, chunks=2, granule=4, wide_chunks=True),
     ),
     (  # ... and beside a narrow chunk: a window a piece
         ptxgen.kernels.FastcatTile,
-        dict(
-            direction="forward",
-            chunks=3,
-            granule=1,
-            unroll=1,
-            block=64,
-            loader="cp.async",
-            wide_chunks=(True, False, True),
-            row_gather=True,
-            target="sm_90",
-        ),
+        dict(_ROW_GATHER, chunks=3, granule=1, wide_chunks=(True, False, True)),
     ),
     # the strided copy: 2-byte elements over 3 dims, and 16-byte ones with 64-bit strides
     (ptxgen.kernels.StridedCopy, dict(width=2, rank=3, target="sm_90")),

@@ -279,12 +279,14 @@ SAME_SIZE = {"u8": "int8", "bf16": "float16", "f32": "int32", "f64": "int64"}  #
 
 
 @pytest.mark.parametrize("dtype", list(SAME_SIZE))
-def test_the_quick_path_checks_and_writes_exactly(dev, torch, monkeypatch, dtype):
-    """A call with ``out`` whose arrays are all DeviceArrays or plain torch tensors is
-    checked without the general path: the general reader is made to fail, so each call
-    here that launches took the quick one. The torch outputs are views into one
-    poisoned buffer, guard bytes around each, in descending address order. Refused
-    calls fall to the general path, which names the problem, and write nothing."""
+def test_the_c_lane_checks_and_writes_exactly(dev, torch, monkeypatch, dtype):
+    """Calls with ``out`` whose arrays are all DeviceArrays or plain torch tensors, each
+    run once by the Python path and then again: where the extension is built the second
+    runs from the C lane alone (the Python reader is made to fail). The torch outputs
+    are views into one poisoned buffer, guard bytes around each, in descending address
+    order. Refused calls fall to the Python path, which names the problem, and write
+    nothing."""
+
     tdt = getattr(torch, ptxgen.resolve_dtype(dtype).numpy_name)
     size = ptxgen.resolve_dtype(dtype).itemsize
     rows, sizes = 37, (5, 17, 3)
@@ -298,16 +300,23 @@ def test_the_quick_path_checks_and_writes_exactly(dev, torch, monkeypatch, dtype
     y_buffer = torch.full((dy.numel() * size + 2 * guard,), 0x5A, dtype=torch.uint8, device="cuda")
     y = y_buffer[guard:-guard].view(tdt).view(dy.shape)
 
-    real = ops._recognise
-    monkeypatch.setattr(ops, "_recognise", lambda *a: pytest.fail("the general path was taken"))
-    result = runtime.channel_cat_backward(dy, list(sizes), 1, out=outs)
-    assert len(result) == 3 and all(r is o for r, o in zip(result, outs))
-    assert runtime.channel_cat_forward(outs, -1, out=y) is y
     da_dy = dev.to_device(bits, dtype=dtype)
     da_outs = [dev.empty((rows, s), dtype) for s in sizes]
-    runtime.channel_cat_backward(da_dy, sizes, 1, out=da_outs)
     da_y = dev.empty((rows, sum(sizes)), dtype)
-    runtime.channel_cat_forward([da_outs[0], outs[1], da_outs[2]], 1, out=da_y)  # a mix
+    real = ops._recognise
+    for second in (False, True):
+        if second:  # the outputs poisoned again; in C alone where the lane is on
+            buffer.fill_(0xA5)
+            y_buffer.fill_(0x5A)
+            for a in (*da_outs, da_y):
+                a.fill_bytes(0xA5)
+            if ops._lane is not None and ops._lane.enabled:
+                monkeypatch.setattr(ops, "_recognise", lambda *a: pytest.fail("the Python path was taken"))
+        result = runtime.channel_cat_backward(dy, list(sizes), 1, out=outs)
+        assert len(result) == 3 and all(r is o for r, o in zip(result, outs))
+        assert runtime.channel_cat_forward(outs, -1, out=y) is y
+        runtime.channel_cat_backward(da_dy, sizes, 1, out=da_outs)
+        runtime.channel_cat_forward([da_outs[0], outs[1], da_outs[2]], 1, out=da_y)  # a mix
     monkeypatch.setattr(ops, "_recognise", real)
     torch.cuda.synchronize()
     for got, got_da, w in zip(outs, da_outs, split_bits(bits, sizes, 1)):

@@ -381,9 +381,9 @@ def test_two_gpus_in_one_process(dev):
     assert (dx0.to_numpy(bits=True) == poison_value(0x5A, "f32")).all()
 
 
-def test_two_gpus_through_the_quick_and_compiled_paths(dev):
-    """The ops' common call remembered on one GPU and then made on the other (its table
-    is keyed by device), launched while the other GPU's context is current (the compiled
+def test_two_gpus_through_the_c_lane_and_the_compiled_launch(dev):
+    """The ops' common call remembered on one GPU and then made on the other (the C
+    lane keeps a launch function per device), launched while the other GPU's context is current (the compiled
     call fails there and the Python path launches with the right context), and refused
     when its outputs live on two GPUs; torch tensors on cuda:1 through Function.launch."""
     if _device_count() < 2:

@@ -42,6 +42,37 @@ def test_modules_are_cached_by_content_hash(dev):
     assert 0 < a.function.num_regs <= 32 and a.function.max_threads_per_block >= 128
 
 
+def test_kernels_of_one_source_keep_their_own_launch_checks(dev):
+    """The row gather beside a narrow chunk emits the same PTX for every set of wide-chunk
+    flags, and each set has its own footprint check: a module cached for one kernel must
+    not check another's launches (a concat was refused after another had loaded it)."""
+    from ptxgen.kernels import FastcatTile
+
+    kw = dict(
+        direction="forward", chunks=3, granule=1, unroll=1, block=64, loader="cp.async", row_gather=True
+    )
+    first = FastcatTile(wide_chunks=(True, False, True), **kw)
+    second = FastcatTile(wide_chunks=(False, True, True), **kw)
+    assert first.content_hash == second.content_hash and first.id != second.id
+    a, b = dev.load(first), dev.load(second)
+    assert a is not b and a.kernel is first and b.kernel is second
+    rows, widths = 37, (5, 20, 30)  # chunk 0 narrow: the first kernel's check refuses it
+    pitch = sum(widths)
+    rng = np.random.default_rng()
+    pieces = [rng.integers(0, 256, (rows, w), dtype=np.uint8) for w in widths]
+    y = dev.empty(rows * pitch, "u8").fill_bytes(0xA5)
+    xs = [dev.to_device(p.reshape(-1)) for p in pieces]
+    args = [y, rows * pitch, pitch, rows]
+    for k, w in enumerate(widths):
+        args += [xs[k], sum(widths[:k]), w]
+    names = second.arg_names
+    assert names[:4] == ("row_ptr", "row_bytes", "row_pitch", "rows"), names
+    b.function.launch(second.grid(rows, pitch), second.block, tuple(args))
+    assert (y.to_numpy().reshape(rows, pitch) == np.concatenate(pieces, axis=1)).all()
+    with pytest.raises(Exception, match="built with wide_chunks for chunk 0"):
+        a.function.launch(first.grid(rows, pitch), first.block, tuple(args))
+
+
 def test_hand_written_kernel_loads_and_runs(dev):
     k = hand_written_kernel()
     out = dev.empty(1000, "u32").fill_bytes(0)

@@ -13,7 +13,7 @@ from strided_util import StridedBuffer, run_strided_step
 
 import ptxgen
 import runtime
-from runtime import launch, op_arrays, op_plans, op_quick, ops, plan
+from runtime import launch, op_arrays, op_plans, ops, plan
 from runtime.arrays import torch_dtype_table
 from runtime.plan import MAX_STEPS, DeviceTraits, Problem, Ptr, Step, Variant, make_plan, seed_block_size
 
@@ -50,7 +50,6 @@ def no_device(monkeypatch):
 
     monkeypatch.setattr(ops, "_device_for", reached)
     monkeypatch.setattr(ops, "_compiled", reached)
-    monkeypatch.setattr(op_quick, "_compiled", reached)
 
 
 # --- checks and messages ---------------------------------------------------------------
@@ -152,24 +151,6 @@ def test_inputs_may_share_memory_but_valid_calls_reach_the_device(monkeypatch):
 
 
 # --- the planner -------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "spans, disjoint",
-    [
-        ([(0, 4)], True),
-        ([(8, 12), (0, 8)], True),  # touching ranges share no byte
-        ([(0, 8), (7, 12)], False),
-        ([(20, 30), (0, 10), (10, 20)], True),
-        ([(20, 30), (0, 10), (5, 6)], False),  # inside another
-        ([(0, 100), (40, 41), (200, 300)], False),
-    ],
-)
-def test_the_quick_paths_overlap_test(spans, disjoint):
-    """The quick path tests outputs in address order itself and leaves any other order
-    to this; whatever the order, a shared byte is found."""
-    assert op_quick._disjoint(list(spans)) is disjoint
-    assert op_quick._disjoint(list(reversed(spans))) is disjoint
 
 
 @pytest.mark.parametrize(
@@ -604,7 +585,7 @@ def test_arrays_that_name_a_stream_are_ordered_before_the_launch(emulated, monke
 
 
 def _device_array(device, shape, dtype, data=None):
-    """A runtime.DeviceArray over the emulated device's memory (the quick path takes
+    """A runtime.DeviceArray over the emulated device's memory (the C lane takes
     DeviceArrays by their class and ``launch_key``)."""
     from runtime.memory import DeviceArray, launch_key
 
@@ -620,15 +601,15 @@ def _device_array(device, shape, dtype, data=None):
     "shape, sizes, dim, descending",
     [((5, 17), (3, 14), -1, False), ((2, 9, 3, 4), (2, 1, 6), 1, True), ((37,), (36, 1), 0, True)],
 )
-def test_the_quick_path_launches_what_the_general_path_would(
+def test_the_c_lane_launches_what_the_python_path_would(
     emulated, monkeypatch, launch_path, shape, sizes, dim, descending
 ):
-    """DeviceArrays with ``out`` take the quick path (the general reader is made to fail);
-    it writes what numpy's split and concatenate give, and hands the driver the same
-    launches as the general path. Outputs allocated in descending address order make it
-    test their overlap the long way. Compiled, the second call is the C path's alone."""
+    """DeviceArrays with ``out``: the first call of a kind goes through the Python path,
+    which hands it to the C lane; compiled, the next is the lane's alone (the Python
+    reader is made to fail). Both write what numpy's split and concatenate give, and
+    hand the driver the same launches. Outputs allocated in descending address order
+    make the overlap check take the long way."""
     emulated.closed = False
-    monkeypatch.setattr(op_quick, "device_of", lambda ordinal: emulated)
     data = np.random.default_rng().integers(-(2**63), 2**63, shape, dtype=np.int64)
     dy = _device_array(emulated, shape, "i64", data)
     want = np.split(data, np.cumsum(sizes)[:-1], axis=dim)
@@ -638,52 +619,53 @@ def test_the_quick_path_launches_what_the_general_path_would(
     y = _device_array(emulated, shape, "i64")
 
     real = ops._recognise
-    monkeypatch.setattr(ops, "_recognise", lambda *a: pytest.fail("the general path was taken"))
-    for i in range(2):  # planned, then remembered
+    for i in range(2):  # run by the Python path, then remembered
         if i and launch_path == "compiled":
-            for name in ("_backward_quick", "_forward_quick"):
-                monkeypatch.setattr(ops, name, lambda *a: pytest.fail("the Python quick path was taken"))
+            monkeypatch.setattr(ops, "_recognise", lambda *a: pytest.fail("the Python path was taken"))
         before = len(emulated.launches)
         assert runtime.channel_cat_backward(dy, list(sizes), dim, out=out, stream=7) == out
         assert runtime.channel_cat_forward(out, dim, out=y, stream=7) is y
-    quick = emulated.launches[before:]
+    lane = emulated.launches[before:]
     for got, w in zip(out, want):
         assert np.array_equal(emulated.read(got, np.int64), w)
     assert np.array_equal(emulated.read(y, np.int64), data)
 
     monkeypatch.setattr(ops, "_recognise", real)
-    monkeypatch.setattr(ops, "_quick_c", None)
-    monkeypatch.setattr(ops, "_backward_quick", lambda *a: False)
-    monkeypatch.setattr(ops, "_forward_quick", lambda *a: False)
+    monkeypatch.setattr(ops, "_lane", None)
     before = len(emulated.launches)
     runtime.channel_cat_backward(dy, list(sizes), dim, out=out, stream=7)
     runtime.channel_cat_forward(out, dim, out=y, stream=7)
-    assert emulated.launches[before:] == quick
+    assert emulated.launches[before:] == lane
 
 
-def test_the_quick_path_forgets_closed_devices(emulated, monkeypatch, launch_path):
-    """A closed device's quick-path entries (and the modules they hold) go at the next
-    new entry, not when the table next fills."""
+def test_the_c_lane_leaves_a_closed_devices_calls_to_python(emulated, monkeypatch, launch_path):
+    """A call the lane remembered on a device that has since closed is not run from C:
+    the Python path takes it (and says what is wrong), and the lane's slot for that
+    device, stream and alignment then holds the new device's launch."""
+    if launch_path != "compiled":
+        pytest.skip("the C lane's own test")
     emulated.closed = False
-    monkeypatch.setattr(op_quick, "device_of", lambda ordinal: emulated)
     dy = _device_array(emulated, (4, 10), "f32")
-    runtime.channel_cat_backward(dy, [3, 7], 1, out=[_device_array(emulated, (4, s), "f32") for s in (3, 7)])
-    assert any(c.device is emulated for c in op_quick._quick_calls.values())
+    out = [_device_array(emulated, (4, 3), "f32"), _device_array(emulated, (4, 7), "f32")]
+    runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
+    assert ops._lane.split(dy, [3, 7], 1, out, None) is True
     emulated.closed = True
+    assert ops._lane.split(dy, [3, 7], 1, out, None) is False
     other = EmulatedDevice()
     other.closed = False
-    monkeypatch.setattr(op_quick, "device_of", lambda ordinal: other)
     monkeypatch.setattr(ops, "_device_for", lambda op, named: other)
-    dy2 = _device_array(other, (4, 10), "f32")
-    runtime.channel_cat_backward(dy2, [5, 5], 1, out=[_device_array(other, (4, 5), "f32") for _ in range(2)])
-    assert op_quick._quick_calls and all(c.device is other for c in op_quick._quick_calls.values())
+    dy = _device_array(other, (4, 10), "f32")
+    out = [_device_array(other, (4, 3), "f32"), _device_array(other, (4, 7), "f32")]
+    assert ops._lane.split(dy, [3, 7], 1, out, None) is False
+    runtime.channel_cat_backward(dy, [3, 7], 1, out=out)  # the Python path, on the open device
+    before = len(other.launches)
+    assert ops._lane.split(dy, [3, 7], 1, out, None) is True and len(other.launches) > before
 
 
-def test_the_quick_path_leaves_what_it_refuses_to_the_general_path(emulated, monkeypatch, launch_path):
-    """Overlap, a wrong shape, another dtype, a bool size: the quick path launches nothing
-    and the general path raises the error that names the problem."""
+def test_the_c_lane_leaves_what_it_refuses_to_the_python_path(emulated, monkeypatch, launch_path):
+    """Overlap, a wrong shape, another dtype, a bool size: the C lane launches nothing
+    and the Python path raises the error that names the problem."""
     emulated.closed = False
-    monkeypatch.setattr(op_quick, "device_of", lambda ordinal: emulated)
     dy = _device_array(emulated, (4, 10), "f32")
     a, b = _device_array(emulated, (4, 3), "f32"), _device_array(emulated, (4, 7), "f32")
     runtime.channel_cat_backward(dy, [3, 7], 1, out=[a, b])  # remembered
@@ -712,7 +694,7 @@ def test_the_quick_path_leaves_what_it_refuses_to_the_general_path(emulated, mon
 
 
 class _FakeTensor:
-    """What the quick path and the general reader read of a CUDA ``torch.Tensor``, over
+    """What the C lane and the Python reader read of a CUDA ``torch.Tensor``, over
     the emulated device's memory (put in as the tensor class, ``op_arrays._tensor_class``)."""
 
     def __init__(self, device, shape, dtype, data=None, requires_grad=False):
@@ -733,13 +715,12 @@ class _FakeTensor:
 @pytest.fixture
 def mixed(emulated, monkeypatch, launch_path):
     emulated.closed = False
-    monkeypatch.setattr(op_quick, "device_of", lambda ordinal: emulated)
-    tensor_class = [_FakeTensor]  # one list, the reader's and the quick path's
+    tensor_class = [_FakeTensor]  # one list: the reader's
     monkeypatch.setattr(op_arrays, "_tensor_class", tensor_class)
-    if launch_path == "compiled":  # a C quick path of the test's own, taking the fake tensors
-        quick = launch.compiled_ops(op_quick._quick_calls)
-        quick.bind_torch(_FakeTensor, torch_dtype_table())
-        monkeypatch.setattr(ops, "_quick_c", quick)
+    if launch_path == "compiled":  # a C lane of the test's own, taking the fake tensors
+        lane = launch.compiled_ops()
+        lane.bind_torch(_FakeTensor, torch_dtype_table())
+        monkeypatch.setattr(ops, "_lane", lane)
     return emulated
 
 
@@ -748,16 +729,14 @@ def _closed(a):
     return a
 
 
-def test_the_quick_path_takes_torch_tensors_and_device_arrays_together(mixed, monkeypatch, launch_path):
+def test_the_c_lane_takes_torch_tensors_and_device_arrays_together(mixed, monkeypatch, launch_path):
     data = np.arange(4 * 10, dtype=np.float32).reshape(4, 10)
     dy = _FakeTensor(mixed, (4, 10), "f32", data)
     out = [_device_array(mixed, (4, 3), "f32"), _device_array(mixed, (4, 7), "f32")]
     y = _FakeTensor(mixed, (4, 10), "f32")
-    monkeypatch.setattr(ops, "_recognise", lambda *a: pytest.fail("the general path was taken"))
-    for i in range(2):  # planned, then remembered: compiled, the C path's alone
+    for i in range(2):  # run by the Python path, then remembered: compiled, the C lane's alone
         if i and launch_path == "compiled":
-            for name in ("_backward_quick", "_forward_quick"):
-                monkeypatch.setattr(ops, name, lambda *a: pytest.fail("the Python quick path was taken"))
+            monkeypatch.setattr(ops, "_recognise", lambda *a: pytest.fail("the Python path was taken"))
         runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
         runtime.channel_cat_forward(out, 1, out=y)
     assert np.array_equal(mixed.read(out[0], np.float32), data[:, :3])
@@ -765,26 +744,24 @@ def test_the_quick_path_takes_torch_tensors_and_device_arrays_together(mixed, mo
     assert np.array_equal(mixed.read(y._array, np.float32), data)
 
 
-def test_a_first_torch_call_fills_the_quick_table(emulated, monkeypatch, launch_path):
-    """torch is bound by the first call that sees a tensor. Where only the general path
-    bound it, that call left a route but no quick-table entry, the C lane's route took
-    every later call, and the quick lane never saw one (bench_launch's torch op: 1.98x
-    the bare launch where 1.48x had been)."""
+def test_a_first_torch_call_is_handed_to_the_c_lane(emulated, monkeypatch, launch_path):
+    """torch is bound by the first call that sees a tensor: the Python path reads it,
+    binds the C lane to torch, and hands the lane that call, so the next runs in C."""
     emulated.closed = False
-    monkeypatch.setattr(op_quick, "device_of", lambda ordinal: emulated)
     tensor_class = [None]  # torch not seen yet
     monkeypatch.setattr(op_arrays, "_tensor_class", tensor_class)
     monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(Tensor=_FakeTensor))
     if launch_path == "compiled":  # unbound: the first call binds it, as ops' own
-        monkeypatch.setattr(ops, "_quick_c", launch.compiled_ops(op_quick._quick_calls))
+        monkeypatch.setattr(ops, "_lane", launch.compiled_ops())
     data = np.arange(4 * 10, dtype=np.float32).reshape(4, 10)
     dy = _FakeTensor(emulated, (4, 10), "f32", data)
     out = [_FakeTensor(emulated, (4, 3), "f32"), _FakeTensor(emulated, (4, 7), "f32")]
     runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
-    assert tensor_class == [_FakeTensor] and len(op_quick._quick_calls) == 1
-    monkeypatch.setattr(ops, "_recognise", lambda *a: pytest.fail("the general path was taken"))
+    assert tensor_class == [_FakeTensor]
     if launch_path == "compiled":
-        assert ops._quick_c.split(dy, [3, 7], 1, out, None) is True
+        assert ops._lane.remembered == 1
+        monkeypatch.setattr(ops, "_recognise", lambda *a: pytest.fail("the Python path was taken"))
+        assert ops._lane.split(dy, [3, 7], 1, out, None) is True
     runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
     assert np.array_equal(emulated.read(out[1]._array, np.float32), data[:, 3:])
 
@@ -805,7 +782,7 @@ def test_torch_half_imported_by_another_thread_is_not_torch_yet(monkeypatch):
     assert tensor_class == [_FakeTensor] and bound == [_FakeTensor]
 
 
-def test_the_quick_path_refuses_closed_empty_and_overlapping_arrays_beside_tensors(mixed):
+def test_closed_empty_and_overlapping_arrays_beside_tensors_are_refused(mixed):
     """A closed or empty DeviceArray has no launch key, like a torch tensor: it must not
     pass for one of the right dtype and device (a closed one's address is 0)."""
     dy = _FakeTensor(mixed, (4, 10), "f32")
@@ -829,11 +806,11 @@ def test_the_quick_path_refuses_closed_empty_and_overlapping_arrays_beside_tenso
     assert len(mixed.launches) == before
 
 
-def test_the_c_quick_path_leaks_no_reference(mixed, monkeypatch, launch_path):
+def test_the_c_lane_leaks_no_reference(mixed, monkeypatch, launch_path):
     """Hits, and calls it leaves to the Python path, many times over: every object's
     reference count is what it was (sys.getrefcount)."""
     if launch_path != "compiled":
-        pytest.skip("the C quick path's own test")
+        pytest.skip("the C lane's own test")
     from launch_util import reference_counts_after
 
     dy = _FakeTensor(mixed, (4, 10), "f32")
@@ -851,17 +828,16 @@ def test_the_c_quick_path_leaks_no_reference(mixed, monkeypatch, launch_path):
     assert after == before
 
 
-def test_the_c_quick_path_survives_python_code_run_in_the_middle(emulated, monkeypatch, launch_path):
+def test_the_c_lane_survives_python_code_run_in_the_middle(emulated, monkeypatch, launch_path):
     """Reading an argument runs Python code (a property, a stream's ``cuda_stream``), during
-    which another thread may drop a table entry or change a list the call was given: the
-    C quick path holds what it reads (an entry, a tuple of the lists) and neither crashes
+    which another thread may drop the lane's entries or change a list the call was given:
+    the C lane holds what it reads (an entry, a tuple of the lists) and neither crashes
     nor launches what the call did not ask for."""
     if launch_path != "compiled":
-        pytest.skip("the C quick path's own test")
+        pytest.skip("the C lane's own test")
     from runtime import stream as streams
 
     emulated.closed = False
-    monkeypatch.setattr(op_quick, "device_of", lambda ordinal: emulated)
     data = np.arange(40, dtype=np.float32).reshape(4, 10)
     dy = _device_array(emulated, (4, 10), "f32", data)
     out = [_device_array(emulated, (4, s), "f32") for s in (3, 7)]
@@ -873,11 +849,11 @@ def test_the_c_quick_path_survives_python_code_run_in_the_middle(emulated, monke
         def closed(self):  # another thread's clear_plans() while this one reads it
             if armed[0]:
                 armed[0] = False
-                op_quick._quick_calls.clear()
+                ops._lane.forget()
             return False
 
     monkeypatch.setattr(emulated, "__class__", Closing)
-    assert ops._quick_c.split(dy, [3, 7], 1, out, None) in (True, False)
+    assert ops._lane.split(dy, [3, 7], 1, out, None) in (True, False)
     sizes = [3, 7]
 
     class Racy:  # a stream whose handle lookup changes the list of sizes
@@ -890,7 +866,7 @@ def test_the_c_quick_path_survives_python_code_run_in_the_middle(emulated, monke
     runtime.channel_cat_backward(dy, [3, 7], 1, out=out)  # the entry again
     per_op = len(emulated.launches) - before
     before = len(emulated.launches)
-    ops._quick_c.split(dy, sizes, 1, out, Racy())  # the sizes as given: [3, 7]
+    ops._lane.split(dy, sizes, 1, out, Racy())  # the sizes as given: [3, 7]
     assert len(emulated.launches) - before in (0, per_op)
     assert np.array_equal(emulated.read(out[0], np.float32), data[:, :3])
     handle = streams.trust_stream_handle(0x7777_0000)
@@ -903,19 +879,18 @@ def test_the_c_quick_path_survives_python_code_run_in_the_middle(emulated, monke
     assert len(emulated.launches) == before
 
 
-def test_the_c_quick_path_runs_the_ops_steps_in_c(emulated, monkeypatch, launch_path):
+def test_the_c_lane_runs_the_ops_steps_in_c(emulated, monkeypatch, launch_path):
     """Where the plan's raw launches are compiled, its launch function is a Steps object,
-    which the C quick path runs with the addresses as C values: the second call hands
-    the driver exactly the first call's launches, with the Python quick path untouched."""
+    which the C lane runs with the addresses as C values: the second call hands the
+    driver exactly the first call's launches, with the Python path untouched."""
     if launch_path != "compiled":
-        pytest.skip("the C quick path's own test")
+        pytest.skip("the C lane's own test")
     from launch_util import RecordingBinding
     from test_runtime_cpu import function_for
 
     from runtime.layout import ArgumentLayout
 
     emulated.closed = False
-    monkeypatch.setattr(op_quick, "device_of", lambda ordinal: emulated)
     bindings = []
 
     def load(kernel):  # a real compiled Function, its driver a recorder
@@ -926,14 +901,16 @@ def test_the_c_quick_path_runs_the_ops_steps_in_c(emulated, monkeypatch, launch_
     monkeypatch.setattr(emulated, "load", load)
     dy = _device_array(emulated, (4, 10), "f32")
     out = [_device_array(emulated, (4, s), "f32") for s in (3, 7)]
+    handed = []
+    real_route = ops._launch_route
+    monkeypatch.setattr(ops, "_launch_route", lambda *a: handed.append(real_route(*a)) or handed[-1])
     runtime.channel_cat_backward(dy, [3, 7], 1, out=out, stream=7)
-    (call,) = op_quick._quick_calls.values()
-    assert [type(f).__name__ for f in call.launches.values()] == ["Steps"]
+    assert [type(h[3]).__name__ for h in handed] == ["Steps"]
     first = [(c.args[:9], c.slots) for b in bindings for c in b.calls]
     assert len(first) == 2 and all(c.compiled for b in bindings for c in b.calls)
     for b in bindings:
         b.calls.clear()
-    monkeypatch.setattr(ops, "_backward_quick", lambda *a: pytest.fail("the Python quick path was taken"))
+    monkeypatch.setattr(ops, "_recognise", lambda *a: pytest.fail("the Python path was taken"))
     runtime.channel_cat_backward(dy, [3, 7], 1, out=out, stream=7)
     assert [(c.args[:9], c.slots) for b in bindings for c in b.calls] == first
     pointers = sorted(int.from_bytes(c.slots[i], "little") for b in bindings for c in b.calls for i in (0, 1))
@@ -942,36 +919,36 @@ def test_the_c_quick_path_runs_the_ops_steps_in_c(emulated, monkeypatch, launch_
     )  # the seed's: dy whole
 
 
-def test_the_c_quick_path_follows_use_compiled_launch(mixed, monkeypatch, launch_path):
-    """``use_compiled_launch(False)`` switches the ops' C path off: a remembered call it
-    took answers False, and the Python quick path launches it; on again, C takes it. A
-    QuickOps made while the path is off starts off."""
+def test_the_c_lane_follows_use_compiled_launch(mixed, monkeypatch, launch_path):
+    """``use_compiled_launch(False)`` switches the ops' C lane off: a remembered call it
+    took answers False, and the Python path launches it; on again, C takes it. A lane
+    made while the path is off starts off."""
     if launch_path != "compiled":
-        pytest.skip("the C quick path's own test")
+        pytest.skip("the C lane's own test")
     dy = _device_array(mixed, (4, 10), "f32")
     out = [_device_array(mixed, (4, s), "f32") for s in (3, 7)]
     runtime.channel_cat_backward(dy, [3, 7], 1, out=out)  # remembered
-    assert ops._quick_c.split(dy, [3, 7], 1, out, None) is True
+    assert ops._lane.split(dy, [3, 7], 1, out, None) is True
     taken = []
-    real = ops._backward_quick
-    monkeypatch.setattr(ops, "_backward_quick", lambda *a: taken.append(1) or real(*a))
+    real = ops._recognise
+    monkeypatch.setattr(ops, "_recognise", lambda *a: taken.append(a[1]) or real(*a))
     launch.use_compiled_launch(False)
     try:
-        assert ops._quick_c.enabled is False and launch.compiled_ops({}).enabled is False
-        assert ops._quick_c.split(dy, [3, 7], 1, out, None) is False
+        assert ops._lane.enabled is False and launch.compiled_ops().enabled is False
+        assert ops._lane.split(dy, [3, 7], 1, out, None) is False
         runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
-        assert taken == [1]
+        assert taken == ["dy", "out[0]", "out[1]"]
     finally:
         launch.use_compiled_launch(True)
-    assert ops._quick_c.enabled is True
+    assert ops._lane.enabled is True
     runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
-    assert taken == [1]
+    assert taken == ["dy", "out[0]", "out[1]"]
     with pytest.raises(TypeError):
-        ops._quick_c.enabled = 1
+        ops._lane.enabled = 1
 
 
-def test_the_c_quick_path_keeps_each_dtype_apart(mixed, monkeypatch, launch_path):
-    """Calls of two dtypes in turn (the C path keeps the last dtype's name and size): each
+def test_the_c_lane_keeps_each_dtype_apart(mixed, monkeypatch, launch_path):
+    """Calls of two dtypes in turn (the C lane keeps the last dtype's size): each
     is looked up and launched as its own, and writes what numpy's split gives."""
     rng = np.random.default_rng()
     f32 = rng.standard_normal((4, 10)).astype(np.float32)
@@ -981,9 +958,7 @@ def test_the_c_quick_path_keeps_each_dtype_apart(mixed, monkeypatch, launch_path
     out64 = [_device_array(mixed, (4, s), "i64") for s in (3, 7)]
     for i in range(3):
         if i == 2 and launch_path == "compiled":
-            monkeypatch.setattr(
-                ops, "_backward_quick", lambda *a: pytest.fail("the Python quick path was taken")
-            )
+            monkeypatch.setattr(ops, "_recognise", lambda *a: pytest.fail("the Python path was taken"))
         runtime.channel_cat_backward(dy32, [3, 7], 1, out=out32)
         runtime.channel_cat_backward(dy64, [3, 7], 1, out=out64)
     assert np.array_equal(mixed.read(out32[0]._array, np.float32), f32[:, :3])
@@ -992,39 +967,38 @@ def test_the_c_quick_path_keeps_each_dtype_apart(mixed, monkeypatch, launch_path
     assert np.array_equal(mixed.read(out64[1], np.int64), i64[:, 3:])
 
 
-def test_the_c_quick_path_reads_requires_grad_of_outputs_only(mixed, monkeypatch, launch_path):
+def test_the_c_lane_reads_requires_grad_of_outputs_only(mixed, monkeypatch, launch_path):
     """A tensor that requires grad may be read (dy) but not written behind autograd's
-    back: as an output the C path leaves it to the Python path, which refuses it; as dy
-    the C path takes it. A shape that is no tuple the C path leaves to Python too."""
+    back: as an output the C lane leaves it to the Python path, which refuses it; as dy
+    the C lane takes it. A shape that is no tuple the C lane leaves to Python too."""
     if launch_path != "compiled":
-        pytest.skip("the C quick path's own test")
+        pytest.skip("the C lane's own test")
     data = np.arange(40, dtype=np.float32).reshape(4, 10)
     dy = _FakeTensor(mixed, (4, 10), "f32", data, requires_grad=True)
     out = [_FakeTensor(mixed, (4, s), "f32") for s in (3, 7)]
     runtime.channel_cat_backward(dy, [3, 7], 1, out=out)  # remembered
-    assert ops._quick_c.split(dy, [3, 7], 1, out, None) is True
+    assert ops._lane.split(dy, [3, 7], 1, out, None) is True
     assert np.array_equal(mixed.read(out[1]._array, np.float32), data[:, 3:])
     graded = [out[0], _FakeTensor(mixed, (4, 7), "f32", requires_grad=True)]
-    assert ops._quick_c.split(dy, [3, 7], 1, graded, None) is False
+    assert ops._lane.split(dy, [3, 7], 1, graded, None) is False
     with pytest.raises(ValueError, match=r"out\[1\] is a torch tensor that requires grad"):
         runtime.channel_cat_backward(dy, [3, 7], 1, out=graded)
     odd = _FakeTensor(mixed, (4, 10), "f32", data)
     odd.shape = [4, 10]  # a list: not what a tensor's shape is
-    assert ops._quick_c.split(odd, [3, 7], 1, out, None) is False
+    assert ops._lane.split(odd, [3, 7], 1, out, None) is False
 
 
 def test_an_error_in_a_compiled_step_comes_out_of_the_op(emulated, monkeypatch, launch_path):
-    """A step the C path hands to Python raises there (a closed module, say): the op raises
+    """A step the C lane hands to Python raises there (a closed module, say): the op raises
     that error, as the Python function of the steps would."""
     if launch_path != "compiled":
-        pytest.skip("the C quick path's own test")
+        pytest.skip("the C lane's own test")
     from launch_util import RecordingBinding
     from test_runtime_cpu import function_for
 
     from runtime.layout import ArgumentLayout
 
     emulated.closed = False
-    monkeypatch.setattr(op_quick, "device_of", lambda ordinal: emulated)
     functions = []
 
     def load(kernel):
@@ -1039,7 +1013,7 @@ def test_an_error_in_a_compiled_step_comes_out_of_the_op(emulated, monkeypatch, 
     for fn in functions:
         fn.launcher.close()
     with pytest.raises(ValueError, match="module is closed"):
-        ops._quick_c.split(dy, [3, 7], 1, out, None)
+        ops._lane.split(dy, [3, 7], 1, out, None)
 
 
 def test_an_extent_of_1_does_not_decide_the_memory_order(emulated):

@@ -1,16 +1,20 @@
-"""Results the caller did not pass, made by the C quick path (runtime._fastlaunch.QuickOps)
-without a GPU, as the Python quick path makes them (runtime.outputs.new_outputs): torch
+"""Results the caller did not pass, made by the C lane (runtime._fastlaunch.OpLane)
+without a GPU, as the Python path makes them (runtime.outputs.new_outputs): torch
 tensors where torch's current stream is the op's, DeviceArrays from the device on the op's
 stream; anything else it leaves to Python, having done nothing. The emulated device of
 test_ops_cpu runs the launches, and the test's tensor class stands for torch.Tensor."""
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from types import SimpleNamespace
+
 import pytest
 from test_ops_cpu import EmulatedDevice, _device_array, _FakeTensor
 
 import runtime
-from runtime import launch, op_arrays, op_quick, ops, plan
+from runtime import launch, op_arrays, ops, plan
 from runtime.arrays import torch_dtype_table
 from runtime.memory import DeviceArray
 
@@ -22,6 +26,7 @@ class _Tensor(_FakeTensor):
     fails, where the test says the device is out of memory)."""
 
     failing = False
+    device = None  # torch.device, as runtime.outputs reads it to allocate on another stream
 
     def new_empty(self, shape):
         if _Tensor.failing:
@@ -47,7 +52,7 @@ class _Device(EmulatedDevice):
 
 
 def emulated_c_path(monkeypatch, device, tensor, current_stream):
-    """Puts the C quick path (a QuickOps of its own) over the emulated ``device``, with
+    """Puts a C lane of its own (an OpLane) over the emulated ``device``, with
     ``tensor`` standing for torch.Tensor and torch's current stream read from
     ``current_stream``, the compiled launch path on. Returns it and the launch path's old
     setting, for the caller to restore."""
@@ -56,30 +61,35 @@ def emulated_c_path(monkeypatch, device, tensor, current_stream):
     monkeypatch.setattr(plan, "VARIANTS", [plan.SEED])
     device.closed = False
     monkeypatch.setattr(ops, "_device_for", lambda op, named: device)
-    monkeypatch.setattr(op_quick, "device_of", lambda ordinal: device)
     tensor_class = [tensor]
     monkeypatch.setattr(op_arrays, "_tensor_class", tensor_class)
     old = launch.use_compiled_launch(True)
-    quick = launch.compiled_ops(op_quick._quick_calls)
-    quick.bind_torch(tensor, torch_dtype_table(), current_stream)
-    monkeypatch.setattr(ops, "_quick_c", quick)
-    return quick, old
+    lane = launch.compiled_ops()
+    lane.bind_torch(tensor, torch_dtype_table(), current_stream)
+    monkeypatch.setattr(ops, "_lane", lane)
+    return lane, old
 
 
 @pytest.fixture
 def fresh_c(monkeypatch, fresh_plans):
-    """The C quick path over the emulated device, bound to ``_Tensor`` and to a current
+    """The C lane over the emulated device, bound to ``_Tensor`` and to a current
     stream the test sets (``device.current``, 0 at first)."""
     device = _Device()
     device.current = 0
-    _, old = emulated_c_path(monkeypatch, device, _Tensor, lambda index: device.current)
+    current = lambda index: device.current  # noqa: E731
+    # torch as runtime.outputs sees it too, so that the Python path makes what the lane makes
+    cuda = SimpleNamespace(default_stream=lambda where: 0, ExternalStream=lambda handle, device=None: handle,
+                           stream=lambda named: contextlib.nullcontext())  # fmt: skip
+    fake = SimpleNamespace(Tensor=_Tensor, cuda=cuda, _C=SimpleNamespace(_cuda_getCurrentRawStream=current))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    _, old = emulated_c_path(monkeypatch, device, _Tensor, current)
     _Tensor.failing = False
     yield device
     launch.use_compiled_launch(old)
 
 
 def _python_paths_fail(monkeypatch):
-    for name in ("_backward_fresh", "_forward_fresh", "_recognise"):
+    for name in ("_recognise",):
         monkeypatch.setattr(
             ops, name, lambda *a, name=name: pytest.fail(f"the Python path ({name}) was taken")
         )
@@ -88,9 +98,9 @@ def _python_paths_fail(monkeypatch):
 def test_the_c_path_makes_a_splits_and_a_concats_results_once_it_has_seen_the_call(fresh_c, monkeypatch):
     data = np.arange(5 * 12, dtype=np.float32).reshape(5, 12)
     dy = _Tensor.on(fresh_c, (5, 12), "f32", data)
-    runtime.channel_cat_backward(dy, [4, 8], 1)  # seen: the Python quick path fills the table
-    a, b = runtime.channel_cat_backward(dy, [4, 8], 1)  # and the C path makes tensors ...
-    runtime.channel_cat_forward([a, b], 1)  # ... whose concat the Python quick path sees
+    runtime.channel_cat_backward(dy, [4, 8], 1)  # seen: the Python path hands it to the lane
+    a, b = runtime.channel_cat_backward(dy, [4, 8], 1)  # and the C lane makes tensors ...
+    runtime.channel_cat_forward([a, b], 1)  # ... whose concat the Python path sees
     _python_paths_fail(monkeypatch)
     for _ in range(2):
         a, b = runtime.channel_cat_backward(dy, [4, 8], 1)
@@ -109,8 +119,10 @@ def test_the_c_path_leaves_other_streams_and_empty_pieces_to_python(fresh_c, mon
     runtime.channel_cat_backward(dy, [2, 4], 1)
     runtime.channel_cat_backward(dy, [2, 4], 1, stream=7)  # seen on stream 7 too
     taken = []
-    real = ops._backward_fresh
-    monkeypatch.setattr(ops, "_backward_fresh", lambda *a: taken.append(a[-1]) or real(*a))
+    real = ops._recognise
+    monkeypatch.setattr(
+        ops, "_recognise", lambda *a: (taken.append(a[-1]) if a[1] == "dy" else None) or real(*a)
+    )
     fresh_c.current = 7
     runtime.channel_cat_backward(dy, [2, 4], 1)  # the op's stream 0, torch's current 7
     runtime.channel_cat_backward(dy, [2, 4], 1, stream=7)  # the same: the C path's
@@ -150,16 +162,13 @@ def test_an_allocation_that_fails_raises_and_launches_nothing(fresh_c):
     assert len(fresh_c.launches) == launched
 
 
-def test_a_concat_of_a_tensor_and_a_device_array_is_left_to_python(fresh_c, monkeypatch):
-    """Results are of xs[0]'s kind only where every input is of it: mixed inputs go to the
-    Python path, which says what it makes of them."""
+def test_a_concat_of_a_tensor_and_a_device_array_makes_what_python_makes(fresh_c, monkeypatch):
+    """Mixed inputs: the result is of xs[0]'s kind, as the Python path makes it; once the
+    Python path has run such a call, the C lane makes the same."""
     t = _Tensor.on(fresh_c, (2, 3), "f32")
     d = _device_array(fresh_c, (2, 3), "f32")
-    for pair in ([t, t], [d, d], [t, d], [d, t]):
-        runtime.channel_cat_forward(pair, 1)  # each seen once
-    seen = []
-    real = ops._forward_fresh
-    monkeypatch.setattr(ops, "_forward_fresh", lambda *a: seen.append(1) or real(*a))
-    for pair in ([t, t], [d, d], [t, d], [d, t]):
-        runtime.channel_cat_forward(pair, 1)
-    assert seen == [1, 1]
+    pairs = ([t, t], [d, d], [t, d], [d, t])
+    python = [type(runtime.channel_cat_forward(pair, 1)) for pair in pairs]  # each run by Python once
+    assert python == [_Tensor, DeviceArray, _Tensor, DeviceArray]
+    _python_paths_fail(monkeypatch)
+    assert [type(runtime.channel_cat_forward(pair, 1)) for pair in pairs] == python

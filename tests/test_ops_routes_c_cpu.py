@@ -1,5 +1,5 @@
-"""The C path of the ops' remembered routes (QuickOps.route_split / route_join) without a
-GPU: a kind of call the general path has seen (arrays of any strides: stepped views,
+"""The ops' C lane (runtime._fastlaunch.OpLane) on calls of any strides, without a
+GPU: a kind of call the Python path has run (arrays of any strides: stepped views,
 channels_last) runs from C the next time, with every address checked as the Python path
 checks it; anything it does not take (overlap, misalignment, another device, a kind not
 seen) it leaves to Python having done nothing. The emulated device of test_ops_cpu runs
@@ -17,14 +17,15 @@ from test_ops_fresh_cpu import emulated_c_path
 
 import ptxgen
 import runtime
-from runtime import launch, op_routes, ops
+from runtime import launch, ops
 
 np = pytest.importorskip("numpy")
 
 
 class _View:
     """A CUDA tensor as the ops read it: a dtype, a shape and element strides over the
-    emulated device's memory; ``new_empty`` and ``permute`` as torch has them."""
+    emulated device's memory; ``new_empty``, ``new_empty_strided`` and ``permute`` as torch
+    has them."""
 
     is_cuda = True
 
@@ -64,6 +65,12 @@ class _View:
     def new_empty(self, shape):
         return _View.empty(self._device, tuple(shape), self.dtype)
 
+    def new_empty_strided(self, shape, strides):
+        span = sum((e - 1) * s for e, s in zip(shape, strides)) + 1 if 0 not in shape else 0
+        return _View(
+            self._device, self._device.alloc(max(span, 1) * self.itemsize), shape, strides, self.dtype
+        )
+
     def permute(self, dims):
         return _View(self._device, self._ptr, [self.shape[d] for d in dims], [self._strides[d] for d in dims],
                      self.dtype)  # fmt: skip
@@ -90,8 +97,7 @@ def routes_c(monkeypatch, fresh_plans):
     # torch as the ops see it: its tensor class, and its current stream (the legacy default)
     fake_torch = SimpleNamespace(Tensor=_View, _C=SimpleNamespace(_cuda_getCurrentRawStream=lambda index: 0))
     monkeypatch.setitem(sys.modules, "torch", fake_torch)
-    quick, old = emulated_c_path(monkeypatch, device, _View, lambda index: 0)
-    quick.bind_routes(op_routes.remembered_routes())
+    _, old = emulated_c_path(monkeypatch, device, _View, lambda index: 0)
     yield device
     launch.use_compiled_launch(old)
 

@@ -372,7 +372,12 @@ def _choose(
             # 0.844 -> 0.942) splits stay rect.
             vectors = window // granule
             idle = vectors > 256 and _rect_columns_used(granule, vectors, len(group)) < 0.6
-            keep = not idle and (direction == "forward" or granule == 16)
+            # Concats at an 8-byte granule in rows over 4 KB (rect's column tiles of 1,024
+            # vectors) go to the row gather: in one run (lab/data/rect-vs-tile-2.json, three
+            # sweep seeds) it beat rect on 12 of 13 such f64 concats (rect 0.72-0.96, the
+            # row gather 0.94-0.98 of the flat copy), while rect led on rows up to 4 KB.
+            long_rows = direction == "forward" and granule == 8 and vectors > 512
+            keep = not (idle or long_rows) and (direction == "forward" or granule == 16)
             if small_op or not whole or keep:
                 launches.append(_rect(direction, granule, rows, vectors, group))
                 continue

@@ -209,21 +209,18 @@ class TileGatherScatter(TileChunks):
         """%regs = the 16 shared bytes from %base, a multiple of the granule. Below a
         4-byte granule, at any alignment: five aligned words and four funnel shifts,
         reading up to 19 bytes past %base, never before it. At a granule of 4, 8 or 16
-        bytes the window is that aligned: four words, two pairs or one vector, and no
-        shifts (the row gather at such granules: a third fewer shared wavefronts a window,
+        bytes the window is that aligned: four words, two pairs or one vector read straight
+        into %regs, and no shifts (the row gather at such granules: a third fewer shared wavefronts a window,
         and 13 fewer instructions a vector with :meth:`_merge_from`'s word choice)."""
         e, g = self.e, self.granule
-        words = [f"w{i}" for i in range(4 if g >= 4 else 5)]
-        e.reg("b32", *words)
         if g >= 4:
             for i in range(0, 4, g // 4):
-                part = words[i : i + g // 4]
+                part = regs[i : i + g // 4]
                 kind = {1: "u32", 2: "v2.u32", 4: "v4.u32"}[len(part)]
                 why = "the window is aligned to the granule: no shifts" if i == 0 else ""
                 e(f"ld.shared.{kind}", part, e.at(base, 4 * i), why=why)
-            for j in range(4):
-                e("mov.b32", regs[j], words[j])
             return
+        e.reg("b32", *[f"w{i}" for i in range(5)])
         e.reg("u32", "w_at", "w_sh")
         e("and.b32", "w_at", base, -4, why="the aligned word holding the window's byte 0")
         e("and.b32", "w_sh", base, 3)

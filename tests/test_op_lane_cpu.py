@@ -1,0 +1,181 @@
+"""The ops' C lane (runtime._fastlaunch.OpLane) on its own, without a GPU: what it
+remembers and refuses when Python code runs in the middle of a call (a device's
+``closed``, a finalizer), when the arrays changed between the Python path's reading and
+the lane's, and when a route does not fit. Its arrays are stand-ins of the class the lane
+is told reads as a DeviceArray; its launch functions record what they are called with."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from runtime import launch
+
+if launch.compiled_launch_available():
+    pytest.skip(launch.compiled_launch_available(), allow_module_level=True)
+
+from runtime import _fastlaunch
+
+
+class _DType:
+    itemsize = 4
+
+
+F32 = _DType()
+
+
+class _Device:
+    """A device whose ``closed`` runs ``hook`` once (Python code in the middle of a call)."""
+
+    def __init__(self, ordinal=0, hook=None):
+        self.ordinal, self.hook, self.made = ordinal, hook, []
+
+    @property
+    def closed(self):
+        if self.hook is not None:
+            hook, self.hook = self.hook, None
+            hook()
+        return False
+
+    def empty(self, shape, dtype, *, stream):
+        self.made.append((shape, stream))
+        return _Array(self, shape, 0x90000 + 0x1000 * len(self.made))
+
+
+class _Array:
+    """What the lane reads of a DeviceArray: ``launch_key``, ``address``, ``nbytes``, ``shape``."""
+
+    def __init__(self, device, shape, address):
+        self.launch_key, self.shape, self.address = (device, F32), tuple(shape), address
+        self.nbytes = 4 * shape[0] * shape[1]
+
+
+class _Route:
+    """A route as runtime.op_routes makes one, for a split of 4 × 10 f32 into 3 + 7."""
+
+    first_output = 1
+    spans = ((0, 160), (0, 48), (0, 112))
+    memory_shapes = ((4, 3), (4, 7))
+    inverse = None
+
+
+class _Stream:
+    pass
+
+
+def _lane():
+    return _fastlaunch.OpLane(
+        device_array=_Array, stream_class=_Stream, stream_handle=lambda s: s, known_streams={7}
+    )
+
+
+def _split(device, pattern):
+    """dy and two outputs whose addresses modulo 16 are ``pattern``."""
+    dy = _Array(device, (4, 10), 0x10000 + pattern[0])
+    return dy, [_Array(device, (4, 3), 0x20000 + pattern[1]), _Array(device, (4, 7), 0x30000 + pattern[2])]
+
+
+def _seen(dy, out):
+    return [(a.address, a.shape) for a in (dy, *out)]
+
+
+def _remember(lane, device, pattern, launch_function, route=_Route):
+    dy, out = _split(device, pattern)
+    return lane.remember_split(dy, [3, 7], 1, out, None, route, device, _seen(dy, out), [], launch_function)
+
+
+PATTERNS = [p for p in itertools.product((0, 4, 8, 12), repeat=3)]
+
+
+def test_a_slot_rewritten_while_its_device_is_asked_runs_nothing_of_another_pattern():
+    """A device's ``closed`` is Python code: there, other calls may fill the entry past its
+    16 slots, which starts it over. The call asking runs the launch it found, or none,
+    never one planned for other addresses modulo 16."""
+    lane, called = _lane(), []
+    mine = (0, 0, 0)
+    others = [p for p in PATTERNS if p != mine][:16]
+    device = _Device()
+    assert _remember(lane, device, mine, lambda *a: called.append(("mine", a)))
+    device.hook = lambda: [
+        _remember(lane, _Device(), p, lambda *a: called.append(("other", a))) for p in others
+    ]
+    dy, out = _split(device, mine)
+    assert lane.split(dy, [3, 7], 1, out, None) in (True, False)
+    assert all(who == "mine" for who, _ in called)
+
+
+def test_slots_started_over_survive_a_finalizer_that_calls_the_lane():
+    """Past 16 slots an entry starts over; a device released then may run a finalizer that
+    calls the lane, which must find whole slots or none (no crash, nothing lost)."""
+    lane, called = _lane(), []
+
+    class Dying(_Device):
+        def __del__(self):
+            dy, out = _split(_Device(), PATTERNS[5])
+            called.append(lane.split(dy, [3, 7], 1, out, None))
+
+    for i, pattern in enumerate(PATTERNS[:16]):
+        device = Dying() if i == 5 else _Device()
+        assert _remember(lane, device, pattern, lambda *a: None)
+        del device
+    assert _remember(lane, _Device(), PATTERNS[16], lambda *a: None)  # the 17th: starts over
+    assert called == [False]  # the finalizer ran, and found nothing half there
+    dy, out = _split(_Device(), PATTERNS[16])
+    assert lane.split(dy, [3, 7], 1, out, None) is True
+
+
+def test_arrays_changed_since_the_python_path_read_them_are_not_remembered():
+    """The Python path hands the lane what it read of each array; where another thread
+    changed one in between (its address, its shape), the lane remembers nothing."""
+    lane, device = _lane(), _Device()
+    dy, out = _split(device, (0, 0, 0))
+    seen = _seen(dy, out)
+    moved = [*seen[:1], (seen[1][0] + 16, seen[1][1]), seen[2]]
+    reshaped = [*seen[:2], (seen[2][0], (7, 4))]
+    for wrong in (moved, reshaped, seen[:2], "not a list"):
+        assert lane.remember_split(dy, [3, 7], 1, out, None, _Route, device, wrong, [], print) is False
+    assert lane.remembered == 0
+    assert lane.remember_split(dy, [3, 7], 1, out, None, _Route, device, seen, [], print) is True
+    assert lane.remembered == 1
+
+
+def test_a_route_that_does_not_fit_is_not_remembered_and_raises_nothing():
+    """The op has run when it is remembered: a route the lane cannot hold (spans of
+    another length, an output index out of range, results that are no permutation of
+    dims) answers False, and later calls of that kind go through Python."""
+    lane, device = _lane(), _Device()
+
+    class Spans(_Route):
+        spans = ((0, 160), (0, 48))
+
+    class First(_Route):
+        first_output = 5
+
+    for route in (Spans, First, object()):
+        assert _remember(lane, device, (0, 0, 0), print, route) is False
+    dy = _Array(device, (4, 10), 0x10000)
+
+    class Twice(_Route):
+        inverse = (0, 0)
+
+    for route in (Twice,):
+        assert lane.remember_split(dy, [3, 7], 1, None, None, route, device, _seen(dy, []), [0x90000, 0xA0000],
+                                   print) is False  # fmt: skip
+    assert lane.remembered == 0
+    assert lane.split(dy, [3, 7], 1, None, None) is False
+
+
+def test_results_are_made_only_where_a_launch_of_that_device_and_stream_waits():
+    """Without ``out``, the lane makes the results only once it holds a launch for the
+    call's device and stream: a call on another stream allocates nothing and is left to
+    Python; on the remembered stream it makes them on that stream and launches."""
+    lane, device, called = _lane(), _Device(), []
+    dy = _Array(device, (4, 10), 0x10000)
+    made = [0x90000, 0xA0000]
+    assert lane.remember_split(dy, [3, 7], 1, None, None, _Route, device, _seen(dy, []), made,
+                               lambda *a: called.append(a)) is True  # fmt: skip
+    assert lane.split(dy, [3, 7], 1, None, 7) is False and device.made == []
+    results = lane.split(dy, [3, 7], 1, None, None)
+    assert [r.shape for r in results] == [(4, 3), (4, 7)] and [s for _, s in device.made] == [0, 0]
+    assert called == [(0x10000, *[r.address for r in results])]

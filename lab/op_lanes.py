@@ -8,8 +8,11 @@ study calls each directly on the common calls (64 × 32 f32 as ``bench_launch.py
 rows, and a bf16 YOLO-sized split): ``op`` the public call (the C lane where it takes
 the call), ``c_lane`` the lane's method alone, ``python`` the op with the lane off
 (``use_compiled_launch`` leaves the launch functions compiled: only the op's own checks
-move to Python). Each figure: median over 15 batches of 250 calls, the stream drained
-before each batch, the lanes interleaved. A study: it writes no record.
+move to Python; the lane's two calls a call, answering False and being handed the call,
+stay), ``python_alone`` the op with no lane at all (``ops._lane = None``: the path as
+it runs where the extension is not built). Each figure: median over 15 batches of 250
+calls, the stream drained before each batch, the lanes interleaved. A study: it writes
+no record.
 """
 
 from __future__ import annotations
@@ -54,6 +57,11 @@ def lanes(op: Callable[[], object], lane: Callable[[], object]) -> dict[str, flo
         row |= measure({"python": op})
     finally:
         ops._lane.enabled = True
+    lane_object, ops._lane = ops._lane, None  # the path as it runs where the extension is not built
+    try:
+        row |= measure({"python_alone": op})
+    finally:
+        ops._lane = lane_object
     return row
 
 

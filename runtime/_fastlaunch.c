@@ -28,6 +28,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -138,7 +139,8 @@ typedef struct {
     readers_t readers;       /* how its attributes are read */
     streams_t streams;
     PyObject *footprint;     /* need(gx, gy, gz, bx, by, bz, key) -> tuple, or NULL */
-    int open, check_ints, dependent;
+    char open, check_ints; /* members: closed, every later launch goes to Python; int addresses too */
+    int dependent;
     uint32_t attribute_id;
     uintptr_t function;
     launch_kernel_t launch_kernel;
@@ -157,7 +159,7 @@ static PyTypeObject PreparedType;
 static PyObject *s_launch_key, *s_address, *s_nbytes, *s_dtype, *s_is_cuda, *s_get_device,
     *s_is_contiguous, *s_data_ptr, *s_handle, *s_stream, *s_shared_mem, *s_shape, *s_ordinal,
     *s_closed, *s_requires_grad, *s_itemsize, *s_new_empty, *s_empty, *s_stride, *s_new_empty_strided,
-    *s_first_output, *s_spans, *s_memory_shapes, *s_inverse, *s_backward, *s_forward;
+    *s_first_output, *s_spans, *s_results, *s_backward, *s_forward;
 
 /* Forget a failed read: the Python path will meet the same failure and say what it is.
  * Only an Exception is forgotten; a KeyboardInterrupt or SystemExit stays set, and every
@@ -207,15 +209,19 @@ static int in_range(uint64_t bits, int negative, long long low, unsigned long lo
     return bits <= high && (low <= 0 || bits >= (uint64_t)low);
 }
 
+/* An attribute (a new reference), or NULL with no error set: the Python path reads it too. */
+static PyObject *attr(PyObject *obj, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL)
+        drop_error();
+    return v;
+}
+
 /* An attribute that must be an int that fits in 64 bits, unsigned. */
 static int read_u64(PyObject *obj, PyObject *name, uint64_t *out) {
-    PyObject *v = PyObject_GetAttr(obj, name);
-    if (v == NULL) {
-        drop_error();
-        return 0;
-    }
-    int ok = uint_bits(v, out);
-    Py_DECREF(v);
+    PyObject *v = attr(obj, name);
+    int ok = v != NULL && uint_bits(v, out);
+    Py_XDECREF(v);
     return ok;
 }
 
@@ -329,13 +335,9 @@ static int check_and_pack(Launch *L, PyObject *const *args, unsigned char *buf, 
         }
         PyTypeObject *cls = Py_TYPE(a);
         if ((PyObject *)cls == L->device_array) {
-            PyObject *key = PyObject_GetAttr(a, s_launch_key);
-            if (key == NULL) {
-                drop_error();
-                return 0;
-            }
-            int same = key == p->key;
-            Py_DECREF(key);
+            PyObject *key = attr(a, s_launch_key);
+            int same = key != NULL && key == p->key;
+            Py_XDECREF(key);
             if (!same || !read_u64(a, s_address, &address[ip]))
                 return 0;
             extent[ip] = UINT64_MAX; /* its bytes matter only to a footprint, as in Python */
@@ -610,28 +612,12 @@ static PyObject *Launch_vectorcall(PyObject *self, PyObject *const *args, size_t
 
 /* --- construction ----------------------------------------------------------------- */
 
-static int as_unsigned(PyObject *o, unsigned *out, const char *what) {
-    unsigned long v = PyLong_AsUnsignedLong(o);
-    if (v == (unsigned long)-1 && PyErr_Occurred())
-        return 0;
-    if (v > UINT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "%s out of range", what);
-        return 0;
-    }
-    *out = (unsigned)v;
-    return 1;
-}
-
-static int three(PyObject *seq, unsigned *out, const char *what) {
+/* Three unsigned ints from a sequence: the device's limits, a grid or block the Python
+ * launcher checked. */
+static int three(PyObject *seq, unsigned *out) {
     PyObject *t = PySequence_Tuple(seq);
-    if (t == NULL)
-        return 0;
-    int ok = PyTuple_GET_SIZE(t) == 3;
-    if (!ok)
-        PyErr_Format(PyExc_ValueError, "%s must have three values", what);
-    for (int i = 0; ok && i < 3; i++)
-        ok = as_unsigned(PyTuple_GET_ITEM(t, i), &out[i], what);
-    Py_DECREF(t);
+    int ok = t != NULL && PyArg_ParseTuple(t, "III", &out[0], &out[1], &out[2]);
+    Py_XDECREF(t);
     return ok;
 }
 
@@ -759,10 +745,10 @@ static PyObject *Launch_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         if (L->params[i].offset + L->params[i].size > L->size)
             L->size = L->params[i].offset + L->params[i].size; /* the buffer ends with the last slot */
     }
-    if (!three(max_grid, L->max_grid, "max_grid") || !three(max_block, L->max_block, "max_block"))
+    if (!three(max_grid, L->max_grid) || !three(max_block, L->max_block))
         goto fail;
     if (block != Py_None) {
-        if (!three(block, L->block, "block"))
+        if (!three(block, L->block))
             goto fail;
         L->fixed_block = 1;
     }
@@ -835,19 +821,6 @@ static void Launch_dealloc(Launch *L) {
     Py_TYPE(L)->tp_free((PyObject *)L);
 }
 
-static PyObject *Launch_close(Launch *L, PyObject *unused) {
-    L->open = 0;
-    Py_RETURN_NONE;
-}
-
-static PyObject *Launch_set_check_ints(Launch *L, PyObject *on) {
-    int v = PyObject_IsTrue(on);
-    if (v < 0)
-        return NULL;
-    L->check_ints = v;
-    Py_RETURN_NONE;
-}
-
 /* bind_torch(tensor_class, dtypes): one dtype (or None) per pointer parameter. */
 static PyObject *Launch_bind_torch(Launch *L, PyObject *args) {
     PyObject *tensor, *dtypes;
@@ -875,10 +848,14 @@ static PyObject *Launch_bind_torch(Launch *L, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyMethodDef Launch_methods[] = {
-    {"close", (PyCFunction)Launch_close, METH_NOARGS, "Every later launch goes to the Python path."},
-    {"set_check_ints", (PyCFunction)Launch_set_check_ints, METH_O,
+static PyMemberDef Launch_members[] = {
+    {"open", T_BOOL, offsetof(Launch, open), 0, "False: every later launch goes to the Python path."},
+    {"check_ints", T_BOOL, offsetof(Launch, check_ints), 0,
      "Whether int addresses go to the Python path (which asks the driver about them)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyMethodDef Launch_methods[] = {
     {"bind_torch", (PyCFunction)Launch_bind_torch, METH_VARARGS,
      "bind_torch(tensor_class, dtypes): recognise torch tensors, one dtype per pointer."},
     {NULL, NULL, 0, NULL},
@@ -905,6 +882,7 @@ static PyTypeObject LaunchType = {
     .tp_dictoffset = offsetof(Launch, dict),
     .tp_weaklistoffset = offsetof(Launch, weakrefs),
     .tp_methods = Launch_methods,
+    .tp_members = Launch_members,
     .tp_getset = Launch_getset,
 };
 
@@ -1002,7 +980,7 @@ static PyObject *Prepared_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     P->vectorcall = Prepared_vectorcall;
     /* footprint answers to keep only where the launch checks and a footprint gives them */
     const Launch *L = (const Launch *)launch;
-    if (!three(grid, P->geometry, "grid") || !three(block, P->geometry + 3, "block") ||
+    if (!three(grid, P->geometry) || !three(block, P->geometry + 3) ||
         (!raw && L->footprint != NULL && !footprint_cache_init(&P->cache, L->nscalars, L->npointers))) {
         Py_DECREF(P);
         return NULL;
@@ -1066,7 +1044,6 @@ static PyTypeObject PreparedType = {
 };
 
 #define MAX_PIECES 15 /* the alignment key holds 4 bits per array in 64 */
-#define MAX_RANK 64   /* torch's own limit on a tensor's dims */
 
 /* --- the ops' steps ---------------------------------------------------------------- */
 /*
@@ -1347,8 +1324,8 @@ static PyTypeObject StepsType = {
  * channel_cat_backward / channel_cat_forward in C, for the kinds of call the Python path
  * (runtime/ops.py) has run. After a call it checked and launched, the Python path hands
  * this lane the call's own arguments and what it decided, through ``remember_split`` /
- * ``remember_join``: the call's route (each array's bytes around its address, the results'
- * memory order), its device and its launch function. The lane reads the arrays itself, as
+ * ``remember_join``: the call's route (its element size, each array's bytes around its
+ * address, the results' shapes and strides), its device and its launch function. The lane reads the arrays itself, as
  * it reads those of every later call, and files an entry under the key it builds from
  * them (read_call): the op, whether ``out`` was given, its ints (dim, sizes) and per array
  * its class, shape, strides (None where contiguous), dtype and, for an output, whether it
@@ -1372,10 +1349,11 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     Py_ssize_t first_output;       /* arrays are inputs, then the given outputs from here */
+    uint64_t mask;                 /* the element size less one: every address must clear it */
     long long lo[MAX_PIECES + 1];  /* each array's bytes from its address, lowest ... */
     long long hi[MAX_PIECES + 1];  /* ... and past the highest (given outputs only) */
-    PyObject *memory_shapes;       /* without out: the results' shapes in memory order */
-    PyObject *inverse;             /* their dims over that order; NULL: row-major */
+    PyObject *results;             /* without out: per result (shape, strides or None) */
+    int row_major;                 /* every result's strides None (a DeviceArray may be made) */
     int nslots;
     slot_t slots[SLOTS_KEPT];
 } OpEntry;
@@ -1394,8 +1372,7 @@ static void entry_slots_clear(OpEntry *e) {
 }
 
 static int OpEntry_traverse(OpEntry *e, visitproc visit, void *arg) {
-    Py_VISIT(e->memory_shapes);
-    Py_VISIT(e->inverse);
+    Py_VISIT(e->results);
     for (int i = 0; i < e->nslots; i++) {
         Py_VISIT(e->slots[i].device);
         Py_VISIT(e->slots[i].launch);
@@ -1404,8 +1381,7 @@ static int OpEntry_traverse(OpEntry *e, visitproc visit, void *arg) {
 }
 
 static int OpEntry_clear(OpEntry *e) {
-    Py_CLEAR(e->memory_shapes);
-    Py_CLEAR(e->inverse);
+    Py_CLEAR(e->results);
     entry_slots_clear(e);
     return 0;
 }
@@ -1436,14 +1412,12 @@ typedef struct {
     PyObject *torch_dtypes;  /* torch dtype -> DType (arrays._torch_dtypes), once bound */
     PyObject *current_stream; /* torch's raw current stream of a device index, once bound, or NULL */
     streams_t streams;
-    PyObject *dtype;          /* the last DType read ... */
-    uint64_t dtype_itemsize;  /* ... and its element size: most calls see one dtype */
-    int enabled;              /* off: every call answers False (use_compiled_launch) */
+    char enabled;             /* off: every call answers False (use_compiled_launch) */
     PyObject *weakrefs;
 } OpLane;
 
 typedef struct {
-    uint64_t address, nbytes;
+    uint64_t address;
     PyObject *shape;   /* new reference */
     PyObject *dtype;   /* the DType (a reference of its own) */
     PyObject *key;     /* new reference: a DeviceArray's launch key, else NULL */
@@ -1460,81 +1434,45 @@ static void facts_clear(facts_t *f) {
 }
 
 static int read_bool(PyObject *obj, PyObject *name, int want_true) {
-    PyObject *v = PyObject_GetAttr(obj, name);
-    if (v == NULL) {
-        drop_error();
-        return 0;
-    }
-    int ok = v == (want_true ? Py_True : Py_False);
-    Py_DECREF(v);
+    PyObject *v = attr(obj, name);
+    int ok = v != NULL && v == (want_true ? Py_True : Py_False);
+    Py_XDECREF(v);
     return ok;
 }
 
-/* A DType's element size, a power of two; 0 where it has none to read. The last DType's
- * is kept, by identity and with a reference, so that the common call reads none. */
-static uint64_t dtype_facts(OpLane *Q, PyObject *dtype) {
-    if (dtype == Q->dtype)
-        return Q->dtype_itemsize;
-    uint64_t size = 0;
-    PyObject *v = PyObject_GetAttr(dtype, s_itemsize);
-    int ok = v != NULL && uint_bits(v, &size) && size != 0 && (size & (size - 1)) == 0;
-    Py_XDECREF(v);
-    if (!ok) {
-        drop_error();
-        return 0;
-    }
-    Py_INCREF(dtype);
-    PyObject *old = Q->dtype; /* both in place before it goes */
-    Q->dtype = dtype;
-    Q->dtype_itemsize = size;
-    Py_XDECREF(old); /* may run a finalizer, which may call the ops with another dtype */
-    return size;
-}
-
-/* The bytes of a contiguous array of ``shape`` (a tuple of ints) and ``itemsize``; 0 where
- * it holds none, or the shape is not such a tuple, or the count passes 64 bits. */
-static uint64_t shape_nbytes(PyObject *shape, uint64_t itemsize) {
+/* Whether an array of ``shape`` (a tuple of ints) holds an element: no extent is 0, and
+ * the count stays within 64 bits. */
+static int shape_holds_elements(PyObject *shape) {
     if (!PyTuple_Check(shape))
         return 0;
-    uint64_t total = itemsize;
+    uint64_t total = 1;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
         uint64_t extent;
-        if (!uint_bits(PyTuple_GET_ITEM(shape, i), &extent))
-            return 0;
-        if (extent != 0 && total > UINT64_MAX / extent)
+        if (!uint_bits(PyTuple_GET_ITEM(shape, i), &extent) || extent == 0 || total > UINT64_MAX / extent)
             return 0;
         total *= extent;
     }
-    return total;
+    return 1;
 }
 
 /* op_arrays' reading of an array, for the arrays this lane takes: an open, non-empty
- * DeviceArray, or a non-empty CUDA tensor of a dtype we have (its strides read where it
- * is not contiguous). 1 filled in; 0 not taken. A tensor's byte count comes from its
- * shape (one read fewer than nbytes); whether it may be written (requires_grad) is read
- * only where ``written``. */
+ * DeviceArray (its launch key names its device and dtype), or a non-empty CUDA tensor of
+ * a dtype we have (its strides read where it is not contiguous). 1 filled in; 0 not
+ * taken. Whether a tensor may be written (requires_grad) is read only where ``written``. */
 static int array_facts(OpLane *Q, PyObject *v, facts_t *f, int written) {
     memset(f, 0, sizeof *f);
     PyObject *cls = (PyObject *)Py_TYPE(v);
     uint64_t bits;
     if (cls == Q->device_array) {
-        f->key = PyObject_GetAttr(v, s_launch_key); /* (device, dtype) while open and not empty */
-        if (f->key == NULL) {
-            drop_error();
-            return 0;
-        }
-        if (!PyTuple_CheckExact(f->key) || PyTuple_GET_SIZE(f->key) != 2)
+        f->key = attr(v, s_launch_key); /* (device, dtype) while open and not empty */
+        if (f->key == NULL || !PyTuple_CheckExact(f->key) || PyTuple_GET_SIZE(f->key) != 2 ||
+            !read_u64(PyTuple_GET_ITEM(f->key, 0), s_ordinal, &bits) || !read_u64(v, s_address, &f->address))
             goto no;
+        f->ordinal = (long long)bits;
         f->dtype = PyTuple_GET_ITEM(f->key, 1);
         Py_INCREF(f->dtype);
-        f->ordinal = -1; /* read where it is asked for (known_ordinal) */
-        if (!read_u64(v, s_address, &f->address) || !read_u64(v, s_nbytes, &f->nbytes))
+        if ((f->shape = attr(v, s_shape)) == NULL)
             goto no;
-        f->shape = PyObject_GetAttr(v, s_shape);
-        if (f->shape == NULL) {
-            drop_error();
-            goto no;
-        }
         f->writable = 1;
         return 1;
     }
@@ -1560,13 +1498,8 @@ static int array_facts(OpLane *Q, PyObject *v, facts_t *f, int written) {
     }
     Py_INCREF(dtype);
     f->dtype = dtype;
-    if (!tensor_u64(R, T_DATA_PTR, v, &f->address))
-        goto no;
-    f->shape = tensor_read(R, T_SHAPE, v);
-    if (f->shape == NULL)
-        goto no;
-    f->nbytes = shape_nbytes(f->shape, dtype_facts(Q, dtype));
-    if (f->nbytes == 0 || !tensor_u64(R, T_GET_DEVICE, v, &bits))
+    if (!tensor_u64(R, T_DATA_PTR, v, &f->address) || (f->shape = tensor_read(R, T_SHAPE, v)) == NULL ||
+        !shape_holds_elements(f->shape) || !tensor_u64(R, T_GET_DEVICE, v, &bits))
         goto no;
     f->ordinal = (long long)bits;
     if (written) {
@@ -1580,18 +1513,6 @@ static int array_facts(OpLane *Q, PyObject *v, facts_t *f, int written) {
 no:
     facts_clear(f);
     return 0;
-}
-
-/* The array's device ordinal, read from a DeviceArray's launch key the first time it is
- * asked for. 0: unreadable. */
-static int known_ordinal(facts_t *f) {
-    uint64_t bits;
-    if (f->ordinal >= 0)
-        return 1;
-    if (f->key == NULL || !read_u64(PyTuple_GET_ITEM(f->key, 0), s_ordinal, &bits))
-        return 0;
-    f->ordinal = (long long)bits;
-    return 1;
 }
 
 /* Calls a launch function (Steps, run here with the addresses as C values, or a Python
@@ -1632,66 +1553,20 @@ static PyObject *lane_false(void) {
     Py_RETURN_FALSE;
 }
 
-/* A dense array of ``memory`` (its shape in memory order, row-major there) seen in the
- * input's dims (dim i is memory dim ``inverse[i]``): its shape and strides, new tuples in
- * ``*shape`` and ``*strides`` (outputs.new_outputs: new_empty_strided makes it in one call,
- * as new_empty then permute would in two). 1 made; 0 with an error set. */
-static int dims_of_memory(PyObject *memory, PyObject *inverse, PyObject **shape, PyObject **strides) {
-    Py_ssize_t rank = PyTuple_GET_SIZE(inverse);
-    uint64_t extent[MAX_RANK], step[MAX_RANK], total = 1;
-    *shape = *strides = NULL;
-    if (!PyTuple_Check(memory) || PyTuple_GET_SIZE(memory) != rank || rank > MAX_RANK) {
-        PyErr_SetString(PyExc_ValueError, "a result's memory shape does not match its order");
-        return 0;
-    }
-    for (Py_ssize_t k = rank - 1; k >= 0; k--) { /* row-major strides in memory order */
-        if (!uint_bits(PyTuple_GET_ITEM(memory, k), &extent[k])) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_ValueError, "a result's memory shape holds a negative extent");
-            return 0;
-        }
-        step[k] = total;
-        total *= extent[k] ? extent[k] : 1;
-    }
-    *shape = PyTuple_New(rank);
-    *strides = PyTuple_New(rank);
-    Py_ssize_t i = 0;
-    for (; *shape != NULL && *strides != NULL && i < rank; i++) {
-        Py_ssize_t k = PyLong_AsSsize_t(PyTuple_GET_ITEM(inverse, i));
-        if (k < 0 || k >= rank)
-            break;
-        PyObject *e = PyLong_FromUnsignedLongLong(extent[k]), *t = PyLong_FromUnsignedLongLong(step[k]);
-        if (e == NULL || t == NULL) {
-            Py_XDECREF(e);
-            Py_XDECREF(t);
-            break;
-        }
-        PyTuple_SET_ITEM(*shape, i, e);
-        PyTuple_SET_ITEM(*strides, i, t);
-    }
-    if (i == rank && *shape != NULL && *strides != NULL)
-        return 1;
-    Py_CLEAR(*shape);
-    Py_CLEAR(*strides);
-    if (!PyErr_Occurred())
-        PyErr_SetString(PyExc_ValueError, "a result's order is not a permutation of its dims");
-    return 0;
-}
-
 /* The results of a call without ``out``, as runtime/outputs.py's new_outputs makes them,
- * one per shape of ``shapes``, of the kind of ``like`` (read into ``facts``):
+ * one per ``(shape, strides)`` of ``results`` (the route's, checked by entry_of), of the
+ * kind of ``like`` (read into ``facts``):
  * - a torch tensor's, where torch's current stream on its device is the op's:
- *   ``like.new_empty(shape)`` (its dtype and device, contiguous), from torch's caching
- *   allocator, which gives the block to that stream; where ``inverse`` is given (a
- *   channels_last result, say), ``shape`` is in memory order and the tensor is made with
- *   the input's dims over it, by ``like.new_empty_strided`` (dims_of_memory);
+ *   ``like.new_empty(shape)`` (its dtype and device, contiguous), or where strides are
+ *   given (a channels_last result, say) ``like.new_empty_strided(shape, strides)``, from
+ *   torch's caching allocator, which gives the block to that stream;
  * - a DeviceArray's: ``device.empty(shape, dtype, stream=handle)``, from the device's pool on
- *   the op's stream (``device``: the call's).
+ *   the op's stream (``device``: the call's; row-major results only).
  * A new list, the addresses in ``addresses``; NULL with no error set where torch's current
  * stream is another (the Python path makes them under the op's) or an address cannot be
  * read; NULL with the allocator's error where an allocation fails (nothing is launched). */
 static PyObject *fresh_results(OpLane *Q, PyObject *like, const facts_t *facts, PyObject *device,
-                               uintptr_t handle, PyObject *shapes, PyObject *inverse, uint64_t *addresses) {
+                               uintptr_t handle, PyObject *results, uint64_t *addresses) {
     PyObject *stream = PyLong_FromUnsignedLongLong(handle), *kwnames = NULL;
     if (stream == NULL)
         return NULL;
@@ -1711,25 +1586,18 @@ static PyObject *fresh_results(OpLane *Q, PyObject *like, const facts_t *facts, 
         Py_DECREF(stream);
         return NULL;
     }
-    Py_ssize_t n = PyTuple_GET_SIZE(shapes);
+    Py_ssize_t n = PyTuple_GET_SIZE(results);
     PyObject *made = PyList_New(n);
     for (Py_ssize_t i = 0; made != NULL && i < n; i++) {
-        PyObject *r;
-        if (facts->key == NULL) {
-            if (inverse == NULL) {
-                PyObject *call[2] = {like, PyTuple_GET_ITEM(shapes, i)};
-                r = PyObject_VectorcallMethod(s_new_empty, call, 2, NULL);
-            } else {
-                PyObject *call[3] = {like, NULL, NULL};
-                r = dims_of_memory(PyTuple_GET_ITEM(shapes, i), inverse, &call[1], &call[2])
-                        ? PyObject_VectorcallMethod(s_new_empty_strided, call, 3, NULL)
-                        : NULL;
-                Py_XDECREF(call[1]);
-                Py_XDECREF(call[2]);
-            }
-        } else {
-            PyObject *call[4] = {device, PyTuple_GET_ITEM(shapes, i), facts->dtype, stream};
+        PyObject *shape = PyTuple_GET_ITEM(PyTuple_GET_ITEM(results, i), 0), *r;
+        PyObject *strides = PyTuple_GET_ITEM(PyTuple_GET_ITEM(results, i), 1);
+        if (facts->key != NULL) {
+            PyObject *call[4] = {device, shape, facts->dtype, stream};
             r = PyObject_VectorcallMethod(s_empty, call, 3, kwnames);
+        } else {
+            PyObject *call[3] = {like, shape, strides};
+            r = PyObject_VectorcallMethod(strides == Py_None ? s_new_empty : s_new_empty_strided, call,
+                                          strides == Py_None ? 2 : 3, NULL);
         }
         if (r == NULL) { /* the allocator's own error (out of memory, say): the caller's to see */
             Py_CLEAR(made);
@@ -1824,7 +1692,7 @@ static int read_call(OpLane *Q, int join, PyObject *const *args, call_t *c) {
         if (!array_facts(Q, array, a, written))
             return 0;
         c->nread++;
-        if (!known_ordinal(a) || a->ordinal != c->f[0].ordinal) /* one device; Python names both */
+        if (a->ordinal != c->f[0].ordinal) /* one device; Python names both */
             return 0;
         PyObject *fact[5] = {(PyObject *)Py_TYPE(array), a->shape,
                              a->strides != NULL ? a->strides : Py_None, a->dtype,
@@ -1891,11 +1759,8 @@ static PyObject *lane_run(OpLane *Q, call_t *c) {
         return lane_false();
     }
     Py_INCREF(e); /* another thread may drop it from the table while Python code runs below */
-    uint64_t itemsize = dtype_facts(Q, c->f[0].dtype), mask = itemsize - 1;
-    if (itemsize == 0)
-        goto done;
     for (Py_ssize_t i = 0; i < c->narrays; i++)
-        if (c->f[i].address & mask)
+        if (c->f[i].address & e->mask)
             goto done;
     if (!c->fresh) { /* no output shares a byte with an input or another output (strided_ops.check_disjoint) */
         uint64_t lo[MAX_PIECES + 1], hi[MAX_PIECES + 1];
@@ -1913,16 +1778,16 @@ static PyObject *lane_run(OpLane *Q, call_t *c) {
     long long ordinal = c->f[0].ordinal;
     if (c->fresh) {
         const facts_t *first = &c->f[0];
-        if ((first->key == NULL && Q->current_stream == NULL) || (first->key != NULL && e->inverse != NULL))
-            goto done; /* a DeviceArray's results are row-major, made so by the strided copy's route */
+        if ((first->key == NULL && Q->current_stream == NULL) || (first->key != NULL && !e->row_major))
+            goto done; /* a DeviceArray's results are row-major: Python says so */
         /* nothing is allocated unless a launch of this device and stream is there to run */
         if (!find_slot(e, ordinal, c->handle, 0, 1, &device, &launch))
             goto done;
         Py_CLEAR(device);
         Py_CLEAR(launch);
         PyObject *own = first->key != NULL ? PyTuple_GET_ITEM(first->key, 0) : NULL;
-        nmade = PyTuple_GET_SIZE(e->memory_shapes);
-        made = fresh_results(Q, c->arrays[0], first, own, c->handle, e->memory_shapes, e->inverse, addresses);
+        nmade = PyTuple_GET_SIZE(e->results);
+        made = fresh_results(Q, c->arrays[0], first, own, c->handle, e->results, addresses);
         if (made == NULL) { /* the allocator's own error (out of memory, say) is the caller's */
             if (PyErr_Occurred())
                 result = NULL;
@@ -1951,7 +1816,16 @@ done:
     return result;
 }
 
+/* A lane the garbage collector cleared answers an error (it is unreachable by then). */
+static int lane_cleared(OpLane *Q) {
+    if (Q->entries == NULL)
+        PyErr_SetString(PyExc_ValueError, "cleared");
+    return Q->entries == NULL;
+}
+
 static PyObject *lane_call(OpLane *Q, int join, PyObject *const *args, Py_ssize_t nargs) {
+    if (lane_cleared(Q))
+        return NULL;
     if (nargs != (join ? 4 : 5)) {
         PyErr_SetString(PyExc_TypeError, join ? "join(xs, dim, out, stream)" : "split(dy, sizes, dim, out, stream)");
         return NULL;
@@ -1963,42 +1837,19 @@ static PyObject *lane_call(OpLane *Q, int join, PyObject *const *args, Py_ssize_
     return result;
 }
 
-static PyObject *OpLane_split(OpLane *Q, PyObject *const *args, Py_ssize_t nargs) {
-    return lane_call(Q, 0, args, nargs);
-}
-
-static PyObject *OpLane_join(OpLane *Q, PyObject *const *args, Py_ssize_t nargs) {
-    return lane_call(Q, 1, args, nargs);
-}
-
-/* An int attribute of ``obj`` as a C long long; 0 with an error set where it is none. */
-static int read_ll(PyObject *obj, PyObject *name, long long *out) {
-    PyObject *v = PyObject_GetAttr(obj, name);
-    *out = v != NULL ? PyLong_AsLongLong(v) : -1;
-    Py_XDECREF(v);
-    return !PyErr_Occurred();
-}
-
-/* Whether ``route``'s results in memory order (``memory``, a tuple of shapes) and their
- * dims over it (``inverse``: None, or a permutation of as many dims) are what
- * dims_of_memory and fresh_results take. */
-static int results_fit(PyObject *memory, PyObject *inverse) {
-    if (!PyTuple_CheckExact(memory))
+/* Whether ``results`` is as fresh_results takes it: per result made, ``(shape, strides)``,
+ * both tuples of one length or strides None. */
+static int results_fit(PyObject *results, Py_ssize_t nmade, int *row_major) {
+    *row_major = 1;
+    if (!PyTuple_CheckExact(results) || PyTuple_GET_SIZE(results) != nmade)
         return 0;
-    Py_ssize_t rank = inverse == Py_None ? -1 : PyTuple_Check(inverse) ? PyTuple_GET_SIZE(inverse) : -2;
-    if (rank == -2 || rank > MAX_RANK)
-        return 0;
-    unsigned char used[MAX_RANK] = {0};
-    for (Py_ssize_t i = 0; i < rank; i++) {
-        Py_ssize_t k = PyLong_Check(PyTuple_GET_ITEM(inverse, i)) ? PyLong_AsSsize_t(PyTuple_GET_ITEM(inverse, i)) : -1;
-        if (k < 0 || k >= rank || used[k]++) {
-            drop_error();
+    for (Py_ssize_t i = 0; i < nmade; i++) {
+        PyObject *r = PyTuple_GET_ITEM(results, i), *shape, *strides;
+        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 2 || !PyTuple_Check(shape = PyTuple_GET_ITEM(r, 0)))
             return 0;
-        }
-    }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(memory); i++) {
-        PyObject *shape = PyTuple_GET_ITEM(memory, i);
-        if (!PyTuple_Check(shape) || (rank >= 0 && PyTuple_GET_SIZE(shape) != rank))
+        strides = PyTuple_GET_ITEM(r, 1);
+        *row_major &= strides == Py_None;
+        if (strides != Py_None && (!PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) != PyTuple_GET_SIZE(shape)))
             return 0;
     }
     return 1;
@@ -2014,18 +1865,23 @@ static OpEntry *entry_of(OpLane *Q, call_t *c, PyObject *route, Py_ssize_t nmade
     }
     if (PyErr_Occurred() || (e = PyObject_GC_New(OpEntry, &OpEntryType)) == NULL)
         return NULL;
-    e->memory_shapes = e->inverse = NULL;
+    e->results = NULL;
     e->nslots = 0;
+    e->row_major = 1;
     memset(e->lo, 0, sizeof e->lo);
     memset(e->hi, 0, sizeof e->hi);
     PyObject_GC_Track(e);
-    long long first;
-    if (!read_ll(route, s_first_output, &first) || first < 1 || first > c->narrays)
+    uint64_t first, itemsize;
+    PyObject *dtype = PyObject_GetAttr(route, s_dtype);
+    int ok = dtype != NULL && read_u64(dtype, s_itemsize, &itemsize) && itemsize && !(itemsize & (itemsize - 1));
+    Py_XDECREF(dtype);
+    if (!ok || !read_u64(route, s_first_output, &first) || first < 1 || first > (uint64_t)c->narrays)
         goto error;
+    e->mask = itemsize - 1;
     e->first_output = (Py_ssize_t)first;
     if (!c->fresh) {
         PyObject *spans = PyObject_GetAttr(route, s_spans);
-        int ok = spans != NULL && PyTuple_CheckExact(spans) && PyTuple_GET_SIZE(spans) == c->narrays;
+        ok = spans != NULL && PyTuple_CheckExact(spans) && PyTuple_GET_SIZE(spans) == c->narrays;
         for (Py_ssize_t i = 0; ok && i < c->narrays; i++) {
             PyObject *span = PyTuple_GET_ITEM(spans, i);
             ok = PyTuple_CheckExact(span) && PyTuple_GET_SIZE(span) == 2;
@@ -2038,18 +1894,9 @@ static OpEntry *entry_of(OpLane *Q, call_t *c, PyObject *route, Py_ssize_t nmade
         Py_XDECREF(spans);
         if (!ok)
             goto error;
-    } else {
-        PyObject *inverse = NULL;
-        e->memory_shapes = PyObject_GetAttr(route, s_memory_shapes);
-        if (e->memory_shapes == NULL || (inverse = PyObject_GetAttr(route, s_inverse)) == NULL)
-            goto error;
-        int fits = results_fit(e->memory_shapes, inverse) && PyTuple_GET_SIZE(e->memory_shapes) == nmade;
-        if (fits && inverse != Py_None)
-            e->inverse = inverse;
-        else
-            Py_DECREF(inverse);
-        if (!fits)
-            goto error;
+    } else if ((e->results = PyObject_GetAttr(route, s_results)) == NULL ||
+               !results_fit(e->results, nmade, &e->row_major)) {
+        goto error;
     }
     if (PyDict_GET_SIZE(Q->entries) >= ENTRIES_KEPT)
         PyDict_Clear(Q->entries);
@@ -2089,6 +1936,8 @@ static int read_as_seen(const call_t *c, PyObject *seen) {
  * op has run by then. */
 static PyObject *lane_remember(OpLane *Q, int join, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t nops = join ? 4 : 5;
+    if (lane_cleared(Q))
+        return NULL;
     if (nargs != nops + 5) {
         PyErr_SetString(PyExc_TypeError, join ? "remember_join(xs, dim, out, stream, route, device, seen, made, launch)"
                                               : "remember_split(dy, sizes, dim, out, stream, route, device, seen, made, launch)");
@@ -2142,14 +1991,6 @@ done:
     return PyBool_FromLong(taken);
 }
 
-static PyObject *OpLane_remember_split(OpLane *Q, PyObject *const *args, Py_ssize_t nargs) {
-    return lane_remember(Q, 0, args, nargs);
-}
-
-static PyObject *OpLane_remember_join(OpLane *Q, PyObject *const *args, Py_ssize_t nargs) {
-    return lane_remember(Q, 1, args, nargs);
-}
-
 static PyObject *OpLane_forget(OpLane *Q, PyObject *unused) {
     if (Q->entries != NULL)
         PyDict_Clear(Q->entries);
@@ -2201,7 +2042,6 @@ static int OpLane_traverse(OpLane *Q, visitproc visit, void *arg) {
     Py_VISIT(Q->tensor);
     Py_VISIT(Q->torch_dtypes);
     Py_VISIT(Q->current_stream);
-    Py_VISIT(Q->dtype);
     streams_traverse(&Q->streams, visit, arg);
     return readers_traverse(&Q->readers, visit, arg);
 }
@@ -2212,7 +2052,6 @@ static int OpLane_clear(OpLane *Q) {
     Py_CLEAR(Q->tensor);
     Py_CLEAR(Q->torch_dtypes);
     Py_CLEAR(Q->current_stream);
-    Py_CLEAR(Q->dtype);
     streams_clear(&Q->streams);
     readers_clear(&Q->readers);
     return 0;
@@ -2226,28 +2065,22 @@ static void OpLane_dealloc(OpLane *Q) {
     Py_TYPE(Q)->tp_free((PyObject *)Q);
 }
 
-/* Every method goes through here: a lane cleared by the collector answers an error. */
-#define LANE_METHOD(name)                                                                  \
-    static PyObject *name##_checked(OpLane *Q, PyObject *const *args, Py_ssize_t nargs) { \
-        if (Q->entries == NULL) {                                                          \
-            PyErr_SetString(PyExc_ValueError, "cleared");                                  \
-            return NULL;                                                                   \
-        }                                                                                  \
-        return name(Q, args, nargs);                                                       \
-    }
-LANE_METHOD(OpLane_split)
-LANE_METHOD(OpLane_join)
-LANE_METHOD(OpLane_remember_split)
-LANE_METHOD(OpLane_remember_join)
+/* The four calling methods: a split or a join, run (lane_call) or remembered (lane_remember). */
+#define LANE_METHOD(name, body, join) \
+    static PyObject *name(OpLane *Q, PyObject *const *args, Py_ssize_t nargs) { return body(Q, join, args, nargs); }
+LANE_METHOD(OpLane_split, lane_call, 0)
+LANE_METHOD(OpLane_join, lane_call, 1)
+LANE_METHOD(OpLane_remember_split, lane_remember, 0)
+LANE_METHOD(OpLane_remember_join, lane_remember, 1)
 
 static PyMethodDef OpLane_methods[] = {
-    {"split", (PyCFunction)(void (*)(void))OpLane_split_checked, METH_FASTCALL,
+    {"split", (PyCFunction)(void (*)(void))OpLane_split, METH_FASTCALL,
      "split(dy, sizes, dim, out, stream): True launched (out None: the results), or False having done nothing."},
-    {"join", (PyCFunction)(void (*)(void))OpLane_join_checked, METH_FASTCALL,
+    {"join", (PyCFunction)(void (*)(void))OpLane_join, METH_FASTCALL,
      "join(xs, dim, out, stream): True launched (out None: the result), or False having done nothing."},
-    {"remember_split", (PyCFunction)(void (*)(void))OpLane_remember_split_checked, METH_FASTCALL,
+    {"remember_split", (PyCFunction)(void (*)(void))OpLane_remember_split, METH_FASTCALL,
      "remember_split(dy, sizes, dim, out, stream, route, device, seen, made, launch): a checked call, for the next."},
-    {"remember_join", (PyCFunction)(void (*)(void))OpLane_remember_join_checked, METH_FASTCALL,
+    {"remember_join", (PyCFunction)(void (*)(void))OpLane_remember_join, METH_FASTCALL,
      "remember_join(xs, dim, out, stream, route, device, seen, made, launch): a checked call, for the next."},
     {"forget", (PyCFunction)OpLane_forget, METH_NOARGS, "forget(): every call remembered."},
     {"bind_torch", (PyCFunction)OpLane_bind_torch, METH_VARARGS,
@@ -2256,24 +2089,16 @@ static PyMethodDef OpLane_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyObject *OpLane_get_enabled(OpLane *Q, void *unused) { return PyBool_FromLong(Q->enabled); }
-
-static int OpLane_set_enabled(OpLane *Q, PyObject *value, void *unused) {
-    if (value == NULL || !PyBool_Check(value)) {
-        PyErr_SetString(PyExc_TypeError, "enabled takes True or False");
-        return -1;
-    }
-    Q->enabled = value == Py_True;
-    return 0;
-}
-
 static PyObject *OpLane_get_size(OpLane *Q, void *unused) {
     return PyLong_FromSsize_t(Q->entries != NULL ? PyDict_GET_SIZE(Q->entries) : 0);
 }
 
+static PyMemberDef OpLane_members[] = {
+    {"enabled", T_BOOL, offsetof(OpLane, enabled), 0, "False: every call answers False, and the Python path takes it"},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyGetSetDef OpLane_getset[] = {
-    {"enabled", (getter)OpLane_get_enabled, (setter)OpLane_set_enabled,
-     "False: every call answers False, and the Python path takes it", NULL},
     {"remembered", (getter)OpLane_get_size, NULL, "how many kinds of call the lane holds", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -2289,6 +2114,7 @@ static PyTypeObject OpLaneType = {
     .tp_traverse = (traverseproc)OpLane_traverse,
     .tp_clear = (inquiry)OpLane_clear,
     .tp_methods = OpLane_methods,
+    .tp_members = OpLane_members,
     .tp_getset = OpLane_getset,
     .tp_weaklistoffset = offsetof(OpLane, weakrefs),
 };
@@ -2305,7 +2131,7 @@ static int intern_all(void) {
         {&s_requires_grad, "requires_grad"}, {&s_itemsize, "itemsize"}, {&s_new_empty, "new_empty"},
         {&s_empty, "empty"}, {&s_stride, "stride"}, {&s_new_empty_strided, "new_empty_strided"},
         {&s_first_output, "first_output"}, {&s_spans, "spans"},
-        {&s_memory_shapes, "memory_shapes"}, {&s_inverse, "inverse"}, {&s_backward, "backward"},
+        {&s_results, "results"}, {&s_backward, "backward"},
         {&s_forward, "forward"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {

@@ -29,7 +29,7 @@ def _after_fork_in_child() -> None:
         device.context.state = "forked"
         device._lock = threading.RLock()
         for module in list(device._modules.values()):
-            module._after_fork()
+            module.after_fork()
         device._modules.clear()
     _instances.clear()
 
@@ -212,16 +212,15 @@ class Device:
             module = self._modules.get(key)
             if module is not None and not module.closed:
                 return module
-            module = load_module(self, kernel)
-            module._cache_key = key
-            self._modules[key] = module
+            module = self._modules[key] = load_module(self, kernel, key)
             return module
 
-    def _forget_module(self, module: Any) -> None:
+    def forget_module(self, module: Any) -> None:
+        """Drop ``module`` from this device's module cache, where it is the one held under
+        its ``cache_key`` (a closing module does this; the next load of its kernel loads anew)."""
         with self._lock:
-            key = getattr(module, "_cache_key", None)
-            if self._modules.get(key) is module:
-                del self._modules[key]
+            if self._modules.get(module.cache_key) is module:
+                del self._modules[module.cache_key]
 
     def _check_compatible(self, kernel: Kernel) -> None:
         """Refuse, before the driver sees it, a kernel this GPU or driver cannot run."""

@@ -430,7 +430,7 @@ class Launcher:
         self._int_checks_on = on
         self._checks.check_ints = on
         if self._fast is not None:
-            self._fast.set_check_ints(on)
+            self._fast.check_ints = on
 
     @property
     def closed(self) -> bool:
@@ -440,7 +440,7 @@ class Launcher:
         self._is_closed = True
         self._close()
         if self._fast is not None:
-            self._fast.close()
+            self._fast.open = False
 
     def _closed(self) -> NoReturn:
         if _driver.forked:

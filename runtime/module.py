@@ -43,8 +43,9 @@ def _c_string(buffer: bytearray) -> str:
     return bytes(buffer).split(b"\0", 1)[0].decode(errors="replace").strip()
 
 
-def load_module(device: Device, kernel: Kernel) -> Module:
-    """``cuModuleLoadDataEx`` on ``kernel.source``, with the JIT's logs captured."""
+def load_module(device: Device, kernel: Kernel, cache_key: Any = None) -> Module:
+    """``cuModuleLoadDataEx`` on ``kernel.source``, with the JIT's logs captured;
+    ``cache_key``: the key ``device`` holds the module under (see :meth:`Device.load`)."""
     drv = driver()
     device.context.activate()
     jit = drv.CUjit_option
@@ -73,16 +74,19 @@ def load_module(device: Device, kernel: Kernel) -> Module:
             info_log=_c_string(info_log),
             ptx_lines=quote_lines(kernel.source, log_line_numbers(errors)),
         )
-    return Module(device, kernel, handle, _c_string(info_log))
+    return Module(device, kernel, handle, _c_string(info_log), cache_key)
 
 
 class Module:
     """A loaded PTX module. ``module.function`` is the kernel's entry point."""
 
-    def __init__(self, device: Device, kernel: Kernel, handle: Any, jit_log: str) -> None:
+    def __init__(
+        self, device: Device, kernel: Kernel, handle: Any, jit_log: str, cache_key: Any = None
+    ) -> None:
         self.device = device
         self.kernel = kernel
         self.jit_log = jit_log
+        self.cache_key = cache_key  # what the device's module cache holds it under, if it does
         self._handle = handle
         self._functions: dict[str, Function] = {}
         self._lock = threading.Lock()
@@ -129,14 +133,14 @@ class Module:
             handle, self._handle = self._handle, None
             for function in self._functions.values():
                 function._module_closed()  # before the unload: no launch may use the handle after
-        self.device._forget_module(self)
+        self.device.forget_module(self)
         if self.device.context.usable:
             self.device.context.activate()
             check("cuModuleUnload", driver().cuModuleUnload(handle))
 
-    def _after_fork(self) -> None:
-        """In a forked child: the handle is the parent's. Stop every launch of it (they
-        raise ForkedProcessError), unload nothing."""
+    def after_fork(self) -> None:
+        """In a forked child (the device's fork handler calls it): the handle is the
+        parent's. Stop every launch of it (they raise ForkedProcessError), unload nothing."""
         self._lock = threading.Lock()  # another thread of the parent may have held it
         handle, self._handle = self._handle, None
         if handle is not None:

@@ -320,6 +320,14 @@ def _pointer_ordinal(op: str, what: str, ptr: int) -> int:
 
 def _device_for(op: str, named: Sequence[tuple[str, _Array]]) -> Device:
     """The one device every array lives on (device 0 where no array can say)."""
+    first = named[0][1]
+    ordinal, device = first.ordinal, first.device
+    if ordinal is not None:
+        for _, a in named:
+            if a.ordinal != ordinal or a.device is not device:
+                break
+        else:  # every array names the same device (the common call): no table
+            return device if device is not None else device_of(ordinal)
     where: dict[int, str] = {}
     device = None
     for name, a in named:

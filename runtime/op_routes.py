@@ -37,7 +37,7 @@ from .op_arrays import (
 )
 from .op_plans import _exact_ints, _join_shape, _split_shape
 from .strided_ops import Strided, check_own_memory, row_major_strides, span
-from .strides import inverse, permuted
+from .strides import dense_strides, permuted
 
 __all__ = [
     "Route", "clear_routes", "join_route", "remembered", "route_key", "split_route",
@@ -50,12 +50,13 @@ class Route:
     arrays listed as the op names them: inputs first, outputs from ``first_output``.
     ``strided``: the strided copy runs ``problem``; else the fused kernels run the
     row-major problem of ``rows`` rows of pieces ``extents`` elements wide, the wide
-    array's row pitch ``pitch`` (0: packed). ``memory_shapes`` and ``inverse``: the
-    results made where ``out`` is not given, in memory order, and their dims over it."""
+    array's row pitch ``pitch`` (0: packed). ``results``: each result made where ``out``
+    is not given, as ``(shape, strides)``, strides None where row-major, else dense in the
+    input's memory ``order`` (what the C lane allocates, as new_outputs does)."""
 
     __slots__ = (
-        "dtype", "extents", "first_output", "inverse", "memory_shapes", "op", "order",
-        "out_shapes", "pitch", "problem", "rows", "spans", "strided",
+        "dtype", "extents", "first_output", "op", "order", "out_shapes", "pitch", "problem",
+        "results", "rows", "spans", "strided",
     )  # fmt: skip
 
     def __init__(
@@ -76,9 +77,7 @@ class Route:
         self.spans, self.first_output = spans, first_output
         self.strided, self.problem = problem is not None, problem
         self.order, self.rows, self.extents, self.pitch = order, rows, extents, pitch
-        # Results made in memory order, then seen in the input's dims (channels_last, say)
-        self.memory_shapes = out_shapes if order is None else tuple(permuted(s, order) for s in out_shapes)
-        self.inverse = None if order is None else inverse(order)
+        self.results = tuple((s, None if order is None else dense_strides(s, order)) for s in out_shapes)
 
 
 # --- the remembered routes -------------------------------------------------------------

@@ -54,10 +54,10 @@ class _Array:
 class _Route:
     """A route as runtime.op_routes makes one, for a split of 4 × 10 f32 into 3 + 7."""
 
+    dtype = F32
     first_output = 1
     spans = ((0, 160), (0, 48), (0, 112))
-    memory_shapes = ((4, 3), (4, 7))
-    inverse = None
+    results = (((4, 3), None), ((4, 7), None))
 
 
 class _Stream:
@@ -142,8 +142,8 @@ def test_arrays_changed_since_the_python_path_read_them_are_not_remembered():
 
 def test_a_route_that_does_not_fit_is_not_remembered_and_raises_nothing():
     """The op has run when it is remembered: a route the lane cannot hold (spans of
-    another length, an output index out of range, results that are no permutation of
-    dims) answers False, and later calls of that kind go through Python."""
+    another length, an output index out of range, results of another rank or count, no
+    element size) answers False, and later calls of that kind go through Python."""
     lane, device = _lane(), _Device()
 
     class Spans(_Route):
@@ -156,10 +156,16 @@ def test_a_route_that_does_not_fit_is_not_remembered_and_raises_nothing():
         assert _remember(lane, device, (0, 0, 0), print, route) is False
     dy = _Array(device, (4, 10), 0x10000)
 
-    class Twice(_Route):
-        inverse = (0, 0)
+    class Strides(_Route):  # strides of another rank than the shape
+        results = (((4, 3), (1,)), ((4, 7), None))
 
-    for route in (Twice,):
+    class Count(_Route):  # one result fewer than the call makes
+        results = (((4, 3), None),)
+
+    class Itemsize(_Route):  # no element size to align to
+        dtype = None
+
+    for route in (Strides, Count, Itemsize):
         assert lane.remember_split(dy, [3, 7], 1, None, None, route, device, _seen(dy, []), [0x90000, 0xA0000],
                                    print) is False  # fmt: skip
     assert lane.remembered == 0
@@ -179,3 +185,18 @@ def test_results_are_made_only_where_a_launch_of_that_device_and_stream_waits():
     results = lane.split(dy, [3, 7], 1, None, None)
     assert [r.shape for r in results] == [(4, 3), (4, 7)] and [s for _, s in device.made] == [0, 0]
     assert called == [(0x10000, *[r.address for r in results])]
+
+
+def test_results_in_another_memory_order_are_not_made_as_device_arrays():
+    """A DeviceArray is row-major only: a route whose results have strides (a channels_last
+    input's, say) is remembered, but the lane makes no DeviceArray for it and leaves the
+    call to Python, which says why."""
+    lane, device = _lane(), _Device()
+
+    class ChannelsLast(_Route):
+        results = (((4, 3), (1, 4)), ((4, 7), (1, 4)))
+
+    dy = _Array(device, (4, 10), 0x10000)
+    assert lane.remember_split(dy, [3, 7], 1, None, None, ChannelsLast, device, _seen(dy, []), [0x90000, 0xA0000],
+                               print) is True  # fmt: skip
+    assert lane.split(dy, [3, 7], 1, None, None) is False and device.made == []

@@ -150,6 +150,32 @@ def test_inputs_may_share_memory_but_valid_calls_reach_the_device(monkeypatch):
         runtime.channel_cat_backward(DY, (np.int64(10), 0), dim=np.int32(1))
 
 
+def test_the_device_of_a_call_is_the_one_every_array_names(monkeypatch):
+    """Arrays that name one device (an ordinal, or a DeviceArray's device) give it, the
+    common call without a table; arrays on two devices are refused naming both; an
+    empty array read through the interface names none."""
+    opened = []
+    monkeypatch.setattr(op_arrays, "device_of", lambda ordinal: opened.append(ordinal) or f"device {ordinal}")
+
+    def arr(ordinal, device=None, nbytes=16):
+        return op_arrays._Array(
+            None, (4,), ptxgen.resolve_dtype("f32"), 1 << 40, False, device, ordinal, nbytes
+        )
+
+    own = SimpleNamespace(ordinal=1)
+    assert op_arrays._device_for("op", [("a", arr(1)), ("b", arr(1))]) == "device 1"
+    assert op_arrays._device_for("op", [("a", arr(1, own)), ("b", arr(1, own))]) is own
+    assert op_arrays._device_for("op", [("a", arr(1)), ("b", arr(1, own))]) is own
+    assert op_arrays._device_for("op", [("a", arr(1, own)), ("b", arr(1))]) is own
+    assert op_arrays._device_for("op", [("a", arr(None, nbytes=0)), ("b", arr(2))]) == "device 2"
+    assert opened == [1, 2]
+    for named in ([("a", arr(0)), ("b", arr(1))], [("a", arr(1, own)), ("b", arr(0))]):
+        with pytest.raises(
+            ValueError, match=r"the arrays live on different devices \(a on device \d, b on device \d\)"
+        ):
+            op_arrays._device_for("op", named)
+
+
 # --- the planner -------------------------------------------------------------------------
 
 
@@ -638,6 +664,57 @@ def test_the_c_lane_launches_what_the_python_path_would(
     assert emulated.launches[before:] == lane
 
 
+def test_an_output_sharing_a_byte_with_any_other_array_is_refused_wherever_they_lie(emulated, monkeypatch):
+    """Arrays at random places in one buffer, in any address order, some sharing
+    memory: the Python path refuses a split or a concat exactly where an output shares
+    a byte with an input or another output (inputs may share with each other), and
+    otherwise runs it."""
+    monkeypatch.setattr(ops, "_lane", None)  # the Python path's own check
+    emulated.closed = False
+    rng = np.random.default_rng(20261203)
+    base = _device_array(emulated, (4096,), "f32")
+
+    def at(offset, shape):  # a DeviceArray over the buffer from element ``offset``
+        a = _device_array(emulated, (1,), "f32")
+        a.shape, a.nbytes = shape, math.prod(shape) * 4
+        a.address = a._ptr = base.address + 4 * offset
+        return a
+
+    def shared(a, b):  # an empty array shares no byte
+        return a.nbytes and b.nbytes and a.address < b.address + b.nbytes and b.address < a.address + a.nbytes
+
+    refused = ran = 0
+    for _ in range(300):
+        sizes = [int(s) for s in rng.integers(0, 5, rng.integers(2, 5))]
+        if not sum(sizes):
+            continue
+        rows = int(rng.integers(1, 4))
+        wide = at(int(rng.integers(0, 64)), (rows, sum(sizes)))
+        pieces = [at(int(rng.integers(0, 64)), (rows, s)) for s in sizes]
+        for split in (True, False):
+            inputs, outputs = ([wide], pieces) if split else (pieces, [wide])
+            arrays = [*inputs, *outputs]
+            clash = any(
+                shared(o, a)
+                for i, o in enumerate(arrays)
+                if i >= len(inputs)
+                for j, a in enumerate(arrays)
+                if j != i
+            )
+            try:
+                if split:
+                    runtime.channel_cat_backward(wide, sizes, 1, out=pieces)
+                else:
+                    runtime.channel_cat_forward(pieces, 1, out=wide)
+            except ValueError as err:
+                assert clash and "overlap" in str(err), err
+                refused += 1
+            else:
+                assert not clash, (sizes, [(a.address - base.address, a.nbytes) for a in arrays])
+                ran += 1
+    assert refused > 50 and ran > 50, (refused, ran)
+
+
 def test_the_c_lane_leaves_a_closed_devices_calls_to_python(emulated, monkeypatch, launch_path):
     """A call the lane remembered on a device that has since closed is not run from C:
     the Python path takes it (and says what is wrong), and the lane's slot for that
@@ -948,7 +1025,7 @@ def test_the_c_lane_follows_use_compiled_launch(mixed, monkeypatch, launch_path)
 
 
 def test_the_c_lane_keeps_each_dtype_apart(mixed, monkeypatch, launch_path):
-    """Calls of two dtypes in turn (the C lane keeps the last dtype's size): each
+    """Calls of two dtypes in turn (each C lane entry keeps its own dtype's size): each
     is looked up and launched as its own, and writes what numpy's split gives."""
     rng = np.random.default_rng()
     f32 = rng.standard_normal((4, 10)).astype(np.float32)

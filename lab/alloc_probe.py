@@ -92,6 +92,7 @@ def main() -> int:
     p.add_argument("--reps", type=int, default=200)
     args = p.parse_args()
     runtime.Device(0)
+    print("runtime from", runtime.__file__, flush=True)
     cases = {}
     for label, rows, sizes, dtype in (
         ("small 512x(64+64) bf16", 512, [64, 64], torch.bfloat16),
@@ -101,7 +102,8 @@ def main() -> int:
         cases[label] = probe(rows, sizes, dtype, args.reps)
         print(label, cases[label], flush=True)
     if args.output:
-        record = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cases": cases}
+        record = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+        record |= {"runtime": runtime.__file__, "cases": cases}
         args.output.write_text(json.dumps(record, indent=1) + "\n")
     return 0
 

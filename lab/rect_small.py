@@ -1,0 +1,86 @@
+"""Study: the rect launch's shape on the small named shapes (issue 24: >= 0.92 of the copy).
+
+    python lab/rect_small.py --out-dir DIR [--block B --unroll U] [--reps N]
+    python lab/rect_small.py --summarize DIR [DIR ...] [-o lab/data/rect-small.json]
+
+The small shapes (2,048 x (3+5+24), 64 KB a side) run as one direct ``rect`` launch at
+their narrowest granule (1, 2, 4 or 8 bytes: 128-thread CTAs, 32 bytes a thread), and
+reach 87-92% of the driver's copy where their 16-byte-granule siblings (512 x (64+64))
+reach 96-99%. This runs ``scripts/bench.py`` on those shapes, the fused method only
+(with the ceilings it always times), once with the planner's launch and once per
+``--block``/``--unroll`` given for the narrow granules (``fastcat._rect_shape``
+replaced for this process: 16-byte granules keep the planner's shape). ``--summarize``
+reads the runs' ``results.json`` files and puts each variant's time beside the driver's
+copy of the same run. A study: it writes no record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+
+CASES = r"2048x\(3\+5\+24\)"
+
+
+def run(args: argparse.Namespace) -> int:
+    from ptxgen.kernels import fastcat
+    from ptxgen.kernels.fastcat_rect import rect_cols
+
+    if args.block:
+        planned = fastcat._rect_shape
+
+        def shape(width: int, vectors: int, chunks: int) -> tuple[int, int, int]:
+            if width == 16:
+                return planned(width, vectors, chunks)
+            return args.block, args.unroll, rect_cols(vectors, args.block, args.unroll)
+
+        fastcat._rect_shape = shape
+    import bench
+
+    argv = ["--only", CASES, "--methods", "ours: fused", "--reps", str(args.reps)]
+    return bench.main([*argv, "--out-dir", str(args.out_dir)])
+
+
+def summarize(dirs: list[Path], output: Path | None) -> int:
+    rows: dict[str, dict[str, list[float]]] = {}
+    for d in dirs:
+        variant = d.name.rsplit("-", 1)[0]  # DIR is <variant>-<pass>
+        doc = json.loads((d / "results.json").read_text())
+        by: dict[str, dict[str, float]] = {}
+        for r in doc["results"]:
+            by.setdefault(f"{r['op']} {r['shape']} {r['dtype']}", {})[r["method"]] = r["us"]
+        for case, methods in by.items():
+            if "ours: fused" in methods and "copy: cuMemcpyDtoD" in methods:
+                ratio = methods["copy: cuMemcpyDtoD"] / methods["ours: fused"]
+                rows.setdefault(case, {}).setdefault(variant, []).append(round(ratio, 4))
+    for case, variants in rows.items():
+        print(case, {v: round(statistics.median(r), 3) for v, r in sorted(variants.items())})
+    if output:
+        output.write_text(json.dumps({"of_driver_copy": rows}, indent=1) + "\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out-dir", type=Path)
+    p.add_argument("--block", type=int, default=0)
+    p.add_argument("--unroll", type=int, default=0)
+    p.add_argument("--reps", type=int, default=40)
+    p.add_argument("--summarize", nargs="+", type=Path)
+    p.add_argument("-o", "--output", type=Path)
+    args = p.parse_args(argv)
+    if args.summarize:
+        return summarize(args.summarize, args.output)
+    if args.out_dir is None:
+        p.error("--out-dir is needed to run")
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

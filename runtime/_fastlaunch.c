@@ -139,7 +139,7 @@ typedef struct {
     readers_t readers;       /* how its attributes are read */
     streams_t streams;
     PyObject *footprint;     /* need(gx, gy, gz, bx, by, bz, key) -> tuple, or NULL */
-    char open, check_ints; /* members: closed, every later launch goes to Python; int addresses too */
+    char open, check_ints; /* closed: every later launch goes to Python (for good); int addresses too */
     int dependent;
     uint32_t attribute_id;
     uintptr_t function;
@@ -158,8 +158,8 @@ static PyTypeObject PreparedType;
 
 static PyObject *s_launch_key, *s_address, *s_nbytes, *s_dtype, *s_is_cuda, *s_get_device,
     *s_is_contiguous, *s_data_ptr, *s_handle, *s_stream, *s_shared_mem, *s_shape, *s_ordinal,
-    *s_closed, *s_requires_grad, *s_itemsize, *s_new_empty, *s_empty, *s_stride, *s_new_empty_strided,
-    *s_first_output, *s_spans, *s_results, *s_backward, *s_forward;
+    *s_closed, *s_requires_grad, *s_itemsize, *s_empty, *s_stride, *s_new_empty_strided,
+    *s_first_output, *s_spans, *s_results, *s_order, *s_backward, *s_forward;
 
 /* Forget a failed read: the Python path will meet the same failure and say what it is.
  * Only an Exception is forgotten; a KeyboardInterrupt or SystemExit stays set, and every
@@ -848,14 +848,22 @@ static PyObject *Launch_bind_torch(Launch *L, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* close() and not a writable member: a launch closed with its module (unloaded, or a forked
+ * child's) must never call the driver from here again. */
+static PyObject *Launch_close(Launch *L, PyObject *unused) {
+    L->open = 0;
+    Py_RETURN_NONE;
+}
+
 static PyMemberDef Launch_members[] = {
-    {"open", T_BOOL, offsetof(Launch, open), 0, "False: every later launch goes to the Python path."},
+    {"open", T_BOOL, offsetof(Launch, open), READONLY, "False once closed: every launch goes to the Python path."},
     {"check_ints", T_BOOL, offsetof(Launch, check_ints), 0,
      "Whether int addresses go to the Python path (which asks the driver about them)."},
     {NULL, 0, 0, 0, NULL},
 };
 
 static PyMethodDef Launch_methods[] = {
+    {"close", (PyCFunction)Launch_close, METH_NOARGS, "Every later launch goes to the Python path, for good."},
     {"bind_torch", (PyCFunction)Launch_bind_torch, METH_VARARGS,
      "bind_torch(tensor_class, dtypes): recognise torch tensors, one dtype per pointer."},
     {NULL, NULL, 0, NULL},
@@ -1352,8 +1360,8 @@ typedef struct {
     uint64_t mask;                 /* the element size less one: every address must clear it */
     long long lo[MAX_PIECES + 1];  /* each array's bytes from its address, lowest ... */
     long long hi[MAX_PIECES + 1];  /* ... and past the highest (given outputs only) */
-    PyObject *results;             /* without out: per result (shape, strides or None) */
-    int row_major;                 /* every result's strides None (a DeviceArray may be made) */
+    PyObject *results;             /* without out: per result (shape, strides) */
+    int row_major;                 /* the route's order None: a DeviceArray may be made */
     int nslots;
     slot_t slots[SLOTS_KEPT];
 } OpEntry;
@@ -1482,7 +1490,8 @@ static int array_facts(OpLane *Q, PyObject *v, facts_t *f, int written) {
     if (!tensor_is(R, T_IS_CUDA, v, Py_True))
         return 0;
     if (!tensor_is(R, T_IS_CONTIGUOUS, v, Py_True)) {
-        if ((f->strides = tensor_read(R, T_STRIDE, v)) == NULL)
+        /* not contiguous, or the read failed: an interrupt then stays set, and no more is read */
+        if (PyErr_Occurred() || (f->strides = tensor_read(R, T_STRIDE, v)) == NULL)
             return 0;
         if (!PyTuple_CheckExact(f->strides))
             goto no;
@@ -1557,9 +1566,8 @@ static PyObject *lane_false(void) {
  * one per ``(shape, strides)`` of ``results`` (the route's, checked by entry_of), of the
  * kind of ``like`` (read into ``facts``):
  * - a torch tensor's, where torch's current stream on its device is the op's:
- *   ``like.new_empty(shape)`` (its dtype and device, contiguous), or where strides are
- *   given (a channels_last result, say) ``like.new_empty_strided(shape, strides)``, from
- *   torch's caching allocator, which gives the block to that stream;
+ *   ``like.new_empty_strided(shape, strides)`` (its dtype and device, dense in the input's
+ *   memory order), from torch's caching allocator, which gives the block to that stream;
  * - a DeviceArray's: ``device.empty(shape, dtype, stream=handle)``, from the device's pool on
  *   the op's stream (``device``: the call's; row-major results only).
  * A new list, the addresses in ``addresses``; NULL with no error set where torch's current
@@ -1567,9 +1575,7 @@ static PyObject *lane_false(void) {
  * read; NULL with the allocator's error where an allocation fails (nothing is launched). */
 static PyObject *fresh_results(OpLane *Q, PyObject *like, const facts_t *facts, PyObject *device,
                                uintptr_t handle, PyObject *results, uint64_t *addresses) {
-    PyObject *stream = PyLong_FromUnsignedLongLong(handle), *kwnames = NULL;
-    if (stream == NULL)
-        return NULL;
+    PyObject *stream = NULL, *kwnames = NULL; /* device.empty's stream=, for DeviceArrays only */
     if (facts->key == NULL) {
         PyObject *index = PyLong_FromLongLong(facts->ordinal);
         PyObject *current = index != NULL ? PyObject_Vectorcall(Q->current_stream, &index, 1, NULL) : NULL;
@@ -1579,25 +1585,23 @@ static PyObject *fresh_results(OpLane *Q, PyObject *like, const facts_t *facts, 
         Py_XDECREF(current);
         if (!ok || (raw != handle && !(raw <= 1 && handle <= 1))) { /* stream.same_stream: 0, 1 legacy */
             drop_error();
-            Py_DECREF(stream);
             return NULL;
         }
-    } else if ((kwnames = PyTuple_Pack(1, s_stream)) == NULL) {
-        Py_DECREF(stream);
+    } else if ((stream = PyLong_FromUnsignedLongLong(handle)) == NULL ||
+               (kwnames = PyTuple_Pack(1, s_stream)) == NULL) {
+        Py_XDECREF(stream);
         return NULL;
     }
     Py_ssize_t n = PyTuple_GET_SIZE(results);
     PyObject *made = PyList_New(n);
     for (Py_ssize_t i = 0; made != NULL && i < n; i++) {
         PyObject *shape = PyTuple_GET_ITEM(PyTuple_GET_ITEM(results, i), 0), *r;
-        PyObject *strides = PyTuple_GET_ITEM(PyTuple_GET_ITEM(results, i), 1);
         if (facts->key != NULL) {
             PyObject *call[4] = {device, shape, facts->dtype, stream};
             r = PyObject_VectorcallMethod(s_empty, call, 3, kwnames);
         } else {
-            PyObject *call[3] = {like, shape, strides};
-            r = PyObject_VectorcallMethod(strides == Py_None ? s_new_empty : s_new_empty_strided, call,
-                                          strides == Py_None ? 2 : 3, NULL);
+            PyObject *call[3] = {like, shape, PyTuple_GET_ITEM(PyTuple_GET_ITEM(results, i), 1)};
+            r = PyObject_VectorcallMethod(s_new_empty_strided, call, 3, NULL);
         }
         if (r == NULL) { /* the allocator's own error (out of memory, say): the caller's to see */
             Py_CLEAR(made);
@@ -1609,7 +1613,7 @@ static PyObject *fresh_results(OpLane *Q, PyObject *like, const facts_t *facts, 
         if (!read)
             Py_CLEAR(made);
     }
-    Py_DECREF(stream);
+    Py_XDECREF(stream);
     Py_XDECREF(kwnames);
     return made;
 }
@@ -1838,18 +1842,15 @@ static PyObject *lane_call(OpLane *Q, int join, PyObject *const *args, Py_ssize_
 }
 
 /* Whether ``results`` is as fresh_results takes it: per result made, ``(shape, strides)``,
- * both tuples of one length or strides None. */
-static int results_fit(PyObject *results, Py_ssize_t nmade, int *row_major) {
-    *row_major = 1;
+ * two tuples of one length. */
+static int results_fit(PyObject *results, Py_ssize_t nmade) {
     if (!PyTuple_CheckExact(results) || PyTuple_GET_SIZE(results) != nmade)
         return 0;
     for (Py_ssize_t i = 0; i < nmade; i++) {
-        PyObject *r = PyTuple_GET_ITEM(results, i), *shape, *strides;
-        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 2 || !PyTuple_Check(shape = PyTuple_GET_ITEM(r, 0)))
-            return 0;
-        strides = PyTuple_GET_ITEM(r, 1);
-        *row_major &= strides == Py_None;
-        if (strides != Py_None && (!PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) != PyTuple_GET_SIZE(shape)))
+        PyObject *r = PyTuple_GET_ITEM(results, i);
+        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 2 || !PyTuple_Check(PyTuple_GET_ITEM(r, 0)) ||
+            !PyTuple_Check(PyTuple_GET_ITEM(r, 1)) ||
+            PyTuple_GET_SIZE(PyTuple_GET_ITEM(r, 0)) != PyTuple_GET_SIZE(PyTuple_GET_ITEM(r, 1)))
             return 0;
     }
     return 1;
@@ -1894,9 +1895,14 @@ static OpEntry *entry_of(OpLane *Q, call_t *c, PyObject *route, Py_ssize_t nmade
         Py_XDECREF(spans);
         if (!ok)
             goto error;
-    } else if ((e->results = PyObject_GetAttr(route, s_results)) == NULL ||
-               !results_fit(e->results, nmade, &e->row_major)) {
-        goto error;
+    } else {
+        PyObject *order = PyObject_GetAttr(route, s_order);
+        if (order == NULL)
+            goto error;
+        e->row_major = order == Py_None;
+        Py_DECREF(order);
+        if ((e->results = PyObject_GetAttr(route, s_results)) == NULL || !results_fit(e->results, nmade))
+            goto error;
     }
     if (PyDict_GET_SIZE(Q->entries) >= ENTRIES_KEPT)
         PyDict_Clear(Q->entries);
@@ -2128,10 +2134,10 @@ static int intern_all(void) {
         {&s_is_contiguous, "is_contiguous"}, {&s_data_ptr, "data_ptr"}, {&s_handle, "handle"},
         {&s_stream, "stream"}, {&s_shared_mem, "shared_mem"}, {&s_shape, "shape"},
         {&s_ordinal, "ordinal"}, {&s_closed, "closed"},
-        {&s_requires_grad, "requires_grad"}, {&s_itemsize, "itemsize"}, {&s_new_empty, "new_empty"},
+        {&s_requires_grad, "requires_grad"}, {&s_itemsize, "itemsize"},
         {&s_empty, "empty"}, {&s_stride, "stride"}, {&s_new_empty_strided, "new_empty_strided"},
         {&s_first_output, "first_output"}, {&s_spans, "spans"},
-        {&s_results, "results"}, {&s_backward, "backward"},
+        {&s_results, "results"}, {&s_order, "order"}, {&s_backward, "backward"},
         {&s_forward, "forward"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {

@@ -210,6 +210,10 @@ def test_prepared_and_raw_launches_are_compiled_and_keep_their_contracts():
             call()
     with pytest.raises(ValueError, match="module is closed"):
         fn.launch(K.grid(8, 16), K.block, seed_args(fn))
+    # closed for good: the C launch cannot be opened again (its module may be unloaded)
+    assert fn.launcher.launch.open is False
+    with pytest.raises(AttributeError):
+        fn.launcher.launch.open = True
 
 
 def test_a_failed_c_launch_is_taken_over_by_the_python_path():

@@ -566,7 +566,7 @@ def test_the_ops_steps_leak_no_reference(c_result):
     fn, binding = compiled(K)
     binding.c_result = c_result
     steps = op_plans._launch_function(_plan_of_two_steps(fn), 77)
-    raws = steps.raws
+    raws = [raw for raw, _, _ in steps.python._steps]  # the prepared raw launches Steps holds
     assert len(raws) == 2 and all(r.__class__.__name__ == "Prepared" for r in raws)
     w, a, b, top = 0x10000, 0x90000, 0xA0000, 2**64 - 32
     watched = (steps, steps.python, w, a, b, top, *raws)

@@ -103,6 +103,7 @@ def main() -> int:
     run("ctypes: cuCtxGetCurrent", lambda: c_cur(ctx))
     run("ctypes: cuStreamIsCapturing(0)", lambda: c_cap(None, status))
     run("ctypes: exchange capture mode", lambda: c_mode(mode))
+
     class Target:
         pass
 

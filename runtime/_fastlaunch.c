@@ -80,7 +80,8 @@ typedef int (*launch_kernel_ex_t)(const launch_config_t *config, uintptr_t f, vo
  * traverse and clear go over (in order); REFS_END checks refs[] covers every named one. */
 #define VISIT_REFS(refs) for (size_t r_ = 0; r_ < sizeof(refs) / sizeof(PyObject *); r_++) Py_VISIT((refs)[r_])
 #define CLEAR_REFS(refs) for (size_t r_ = 0; r_ < sizeof(refs) / sizeof(PyObject *); r_++) Py_CLEAR((refs)[r_])
-#define REFS_END(T, next) _Static_assert(offsetof(T, next) == offsetof(T, refs) + sizeof((T *)0)->refs, #T)
+#define REFS_END(T, next) \
+    enum { T##_refs_end = Py_BUILD_ASSERT_EXPR(offsetof(T, next) == offsetof(T, refs) + sizeof((T *)0)->refs) }
 
 /* --- parameters ------------------------------------------------------------------- */
 
@@ -629,7 +630,11 @@ static int param_init(param_t *p, PyObject *spec) {
     unsigned long long mask = 0;
     memset(p, 0, sizeof *p);
     p->size = 8;
-    int pointer = PyTuple_Check(spec) && PyTuple_GET_SIZE(spec) == 5;
+    if (!PyTuple_Check(spec)) { /* a tuple holds what PyArg_Parse lends out (another sequence may not) */
+        PyErr_SetString(PyExc_TypeError, "a parameter is described by a tuple");
+        return 0;
+    }
+    int pointer = PyTuple_GET_SIZE(spec) == 5;
     if (pointer ? !PyArg_Parse(spec, "(snKLO)", &kind, &p->offset, &mask, &p->ordinal, &p->key)
                 : !PyArg_Parse(spec, "(sniLKLK)", &kind, &p->offset, &p->size, &p->low, &p->high, &p->raw_low,
                                &p->raw_high))
@@ -638,7 +643,7 @@ static int param_init(param_t *p, PyObject *spec) {
     p->kind = pointer ? POINTER : SCALAR;
     p->mask = mask;
     if (strcmp(kind, pointer ? "pointer" : "scalar") != 0 || p->size < 1 || p->size > 8 || (p->size & (p->size - 1)) ||
-        p->offset < 0 || p->offset + p->size > MAX_BUFFER) { /* the launcher keeps to the buffer's limits */
+        p->offset < 0 || p->offset > MAX_BUFFER - p->size) { /* the launcher keeps to the buffer's limits */
         PyErr_SetString(PyExc_ValueError, "a parameter this launch does not take");
         return 0;
     }
@@ -1096,7 +1101,11 @@ static PyObject *Steps_vectorcall(PyObject *self, PyObject *const *args, size_t 
 /* One step from ``(raw, recipe)``: recipe holds, per argument of the kernel, an int (a
  * constant) or ``(array, byte_offset)`` with array 0 the wide array and i + 1 piece i. */
 static int step_init(step_t *st, PyObject *pair, Py_ssize_t npieces) {
-    PyObject *raw, *recipe; /* each step is (prepared raw launch, tuple of arguments) */
+    PyObject *raw, *recipe; /* each step is (prepared raw launch, tuple of arguments), a tuple: */
+    if (!PyTuple_Check(pair)) { /* it holds what PyArg_Parse lends out (another sequence may not) */
+        PyErr_SetString(PyExc_TypeError, "each step is (prepared raw launch, tuple of arguments)");
+        return 0;
+    }
     if (!PyArg_Parse(pair, "(O!O!)", &PreparedType, &raw, &PyTuple_Type, &recipe))
         return 0;
     Prepared *P = (Prepared *)raw;

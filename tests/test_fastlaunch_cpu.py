@@ -539,6 +539,7 @@ def test_steps_are_made_only_of_compiled_raw_launches():
     bad = [
         ((raw, ok[:4]),), ((raw, ((2, 0), *ok[1:])),), ((raw, ((0, -1), *ok[1:])),), ((raw, (2**64, *ok[1:])),),
         ((fn.prepare(K.grid(8, 16), K.block), ok),),  # a checked prepared launch: no raw
+        ([raw, ok],),  # a step that is no tuple (PyArg_Parse would lend out what a list may drop)
     ]  # fmt: skip
     for made in bad:
         with pytest.raises((TypeError, ValueError)):

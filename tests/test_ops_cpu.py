@@ -1155,14 +1155,16 @@ def test_a_cupy_array_is_read_from_its_attributes_with_its_device_and_stream(mon
 
 
 def test_a_cupy_bf16_or_fp8_array_is_known_by_its_dtype_name(monkeypatch):
-    """CAI spells bf16 and fp8 as void types ('<V2', '<V1'); ml_dtypes names them, and the
-    reader takes them by that name rather than through DLPack."""
+    """CAI cannot spell bf16 and fp8 (ml_dtypes gives '<V2', '<V1' and '<f1'); ml_dtypes
+    names them, and the reader takes them by that name rather than through DLPack."""
     cupy = _StandInCupy()
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     bf16 = op_arrays._recognise("op", "dy", cupy.ndarray((4, 4), "<V2", 1 << 40, name="bfloat16"), 0)
     assert (bf16.dtype.name, bf16.nbytes) == ("bf16", 32)
     e4m3 = op_arrays._recognise("op", "dy", cupy.ndarray((4, 4), "<V1", 1 << 40, name="float8_e4m3fn"), 0)
     assert (e4m3.dtype.name, e4m3.nbytes) == ("e4m3", 16)
+    e5m2 = op_arrays._recognise("op", "dy", cupy.ndarray((4, 4), "<f1", 1 << 40, name="float8_e5m2"), 0)
+    assert (e5m2.dtype.name, e5m2.nbytes) == ("e5m2", 16)
 
 
 def test_a_cupy_array_the_reader_does_not_take_goes_to_the_interface(monkeypatch):

@@ -1,0 +1,68 @@
+"""rect_cols.py's narrowed column tiles, run whole in the PTX interpreter: every byte moved,
+nothing else touched (each array allocated exactly), on the sweep shapes it studies."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import rect_cols
+from ptxsim import Memory, run_kernel
+
+import ptxgen
+from ptxgen.kernels import fastcat
+from runtime.plan import WIDE, DeviceTraits, Problem, Ptr, make_plan
+
+# (op, dtype, extents, the narrowed tile width): rows just past a power of two of vectors
+CASES = [
+    ("backward", "f64", (286, 270, 110), 32),  # 333 16-byte vectors: 11 tiles of 32, not 2 of 256
+    ("forward", "f64", (286, 270, 110), 32),
+    ("forward", "bf16", (300, 268), 32),  # 142 8-byte vectors
+    ("forward", "f64", (293, 18), 64),  # 311 8-byte vectors: 64 and 32 both cover 320, the wider kept
+    ("forward", "f32", (182, 236, 264), 32),  # 341 8-byte vectors
+]
+
+
+def test_narrow_cols_leaves_fewer_columns_idle_and_keeps_short_rows():
+    assert rect_cols.narrow_cols(333, 128, 2) == 32  # 352 covered, against 512
+    assert rect_cols.narrow_cols(256, 128, 2) == 256  # a power of two: no idle column at 256
+    assert rect_cols.narrow_cols(12, 128, 2) == 16  # a short row keeps the planner's tile
+    assert rect_cols.narrow_cols(96, 128, 2) == 32  # 96 in three tiles of 32, not one of 128
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}")
+def test_narrowed_rect_moves_every_byte_and_nothing_else(case, monkeypatch):
+    op, dtype, extents, cols = case
+    monkeypatch.setattr(fastcat, "_rect_shape", fastcat._rect_shape)  # restored after the test
+    rect_cols._narrow()
+    d = ptxgen.resolve_dtype(dtype)
+    rows = 5
+    plan = make_plan(Problem(op, d, rows, extents), DeviceTraits(arch="sm_90"))
+    (step,) = plan.steps
+    assert re.search(rf"rect_\w+__c{cols}__", step.kernel.id), step.kernel.id
+    rng = np.random.default_rng(11)
+    mem = Memory()
+    pitch = sum(extents) * d.itemsize
+    wide = mem.alloc(rows * pitch)
+    pieces = [mem.alloc(rows * e * d.itemsize) for e in extents]
+    wide_bytes = rng.integers(0, 256, rows * pitch, dtype=np.uint8)
+    piece_bytes = [rng.integers(0, 256, rows * e * d.itemsize, dtype=np.uint8) for e in extents]
+    if op == "backward":
+        mem.write(wide, wide_bytes.tobytes())
+    else:
+        for ptr, data in zip(pieces, piece_bytes):
+            mem.write(ptr, data.tobytes())
+    arrays = {WIDE: wide, **dict(enumerate(pieces))}
+    values = [arrays[a.array] + a.byte_offset if isinstance(a, Ptr) else a for a in step.args]
+    grid = tuple(min(g, 2) for g in step.grid[:2])  # grid-stride: two CTAs a dimension stride
+    run_kernel(step.kernel, grid, dict(zip(step.kernel.arg_names, values)), mem)
+    offsets = np.cumsum((0, *extents)) * d.itemsize
+    if op == "backward":
+        as_rows = wide_bytes.reshape(rows, pitch)
+        for i, ptr in enumerate(pieces):
+            got = np.frombuffer(mem.read(ptr, rows * extents[i] * d.itemsize), np.uint8)
+            assert np.array_equal(got.reshape(rows, -1), as_rows[:, offsets[i] : offsets[i + 1]]), i
+    else:
+        got = np.frombuffer(mem.read(wide, rows * pitch), np.uint8).reshape(rows, pitch)
+        assert np.array_equal(got, np.concatenate([b.reshape(rows, -1) for b in piece_bytes], axis=1))

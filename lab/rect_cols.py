@@ -14,9 +14,10 @@ cells, lowest 0.870), those that used more at 0.986 (8 cells). Narrower tiles of
 of two (at least 32 vectors: a warp's row segment) cover such rows with less idle: 333
 vectors in eleven tiles of 32 use 95%.
 
-``--list`` plans every sweep shape of the seeds given (no GPU) and prints those whose
-rect launch idles columns, with the share used as planned and with the narrowest-idle
-tiles (``narrow_cols``). ``--out-dir`` runs ``scripts/bench.py`` on those shapes of
+``--list`` plans every sweep shape of the seeds given (no GPU) as planned and with the
+narrowest-idle tiles (``narrow_cols``), and prints those whose plan changes: a rect
+launch's tiles, or a launch the planner sent to the tiles for its idle columns that now
+stays rect. ``--out-dir`` runs ``scripts/bench.py`` on those shapes of
 ``--seed`` (the fused method, with the ceilings it always times), as planned or with
 ``--narrow`` (``fastcat._rect_shape`` replaced for this process; the routing rule that
 sends idle rect launches to tiles then sees the narrowed share). ``--summarize`` puts
@@ -34,8 +35,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
-
-USED_BELOW = 0.8  # the shapes studied: a rect launch that uses less of its columns
 
 
 def narrow_cols(vectors: int, block: int, unroll: int) -> int:
@@ -67,36 +66,61 @@ def _narrow() -> None:
     fastcat._rect_shape = shape
 
 
-def idle_shapes(seed: int) -> list[tuple[str, float, float]]:
-    """(case name, share used as planned, share used narrowed) for each sweep case of
-    ``seed`` that has a rect launch using less than USED_BELOW of its columns."""
-    from bench_cases import sweep_cases
-
+def _plan_ids(case: object) -> tuple[tuple[str, int], ...]:
     from ptxgen.dtypes import resolve_dtype
     from ptxgen.kernels.plan import Problem, make_plan
     from runtime.plan import DeviceTraits
 
+    op = "backward" if case.op == "split" else "forward"
+    plan = make_plan(Problem(op, resolve_dtype(case.dtype), case.rows, tuple(case.sizes)), DeviceTraits())
+    # per launch: its kernel, and for rect the vectors of its window (its fourth argument)
+    return tuple((s.kernel.id, int(s.args[3]) if "rect" in s.kernel.id else 0) for s in plan.steps)
+
+
+def _family(kernel_id: str) -> str:
+    return kernel_id.split("__")[0].removeprefix("fastcat_")
+
+
+def _used(launches: tuple[tuple[str, int], ...]) -> float:
+    """The least share of columns a rect launch of ``launches`` uses (1.0 without one)."""
+    shares = [1.0]
+    for kernel_id, vectors in launches:
+        m = re.search(r"rect_\w+__c(\d+)__", kernel_id)
+        if m is not None:
+            cols = int(m[1])
+            shares.append(vectors / (cols * -(-vectors // cols)))
+    return min(shares)
+
+
+def idle_shapes(seed: int) -> list[tuple[str, float, float, str, str]]:
+    """Each sweep case of ``seed`` whose plan narrowing changes: (case name, share of
+    columns used as planned and narrowed, the kernels as planned and narrowed). A rect
+    launch that idled under 60% of its columns went to the tiles; narrowed, it may stay
+    rect, so those cases are here too."""
+    from bench_cases import sweep_cases
+
+    from ptxgen.kernels import fastcat
+
+    planned_shape = fastcat._rect_shape
+    cases = sweep_cases(64, seed)
+    planned = [_plan_ids(c) for c in cases]
+    _narrow()
+    try:
+        narrowed = [_plan_ids(c) for c in cases]
+    finally:
+        fastcat._rect_shape = planned_shape
     found = []
-    for case in sweep_cases(64, seed):
-        op = "backward" if case.op == "split" else "forward"
-        plan = make_plan(Problem(op, resolve_dtype(case.dtype), case.rows, tuple(case.sizes)), DeviceTraits())
-        for step in plan.steps:
-            m = re.search(r"rect_\w+__w(\d+)__c(\d+)__k\d+__u(\d+)__b(\d+)", step.kernel.id)
-            if m is None:
-                continue
-            cols, unroll, block, vectors = int(m[2]), int(m[3]), int(m[4]), int(step.args[3])
-            used = vectors / (cols * -(-vectors // cols))
-            narrow = narrow_cols(vectors, block, unroll)
-            narrowed = vectors / (narrow * -(-vectors // narrow))
-            if used < USED_BELOW:
-                found.append((case.name, round(used, 3), round(narrowed, 3)))
+    for case, before, after in zip(cases, planned, narrowed):
+        if before != after:
+            names = [" + ".join(_family(k) for k, _ in p) for p in (before, after)]
+            found.append((case.name, round(_used(before), 3), round(_used(after), 3), *names))
     return found
 
 
 def run(args: argparse.Namespace) -> int:
     if args.narrow:
         _narrow()
-    names = [name for name, _, _ in idle_shapes(args.seed)]
+    names = [found[0] for found in idle_shapes(args.seed)]
     if not names:
         print(f"no sweep shape of seed {args.seed} idles rect's columns")
         return 0
@@ -140,8 +164,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.list:
         for seed in (int(s) for s in args.seeds.split(",")):
-            for name, used, narrowed in idle_shapes(seed):
-                print(f"{seed} {name:50s} used {used:.2f} -> narrowed {narrowed:.2f}")
+            for name, used, narrowed, before, after in idle_shapes(seed):
+                print(f"{seed} {name:46s} columns used {used:.2f} -> {narrowed:.2f}  {before} -> {after}")
         return 0
     if args.summarize:
         return summarize(args.summarize, args.output)

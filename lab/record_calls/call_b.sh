@@ -1,0 +1,17 @@
+#!/bin/bash
+# The second device call of a tree's six records, right after call_a.sh (the machine
+# still warm): the sanitizers, the launch, ops and embedding benchmarks. About 250 s on
+# an H200. Records first, in one tarball (the device tool returns at most 8 files from
+# $OUT); a study run after them goes into the same tarball, never beside it.
+set -u
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
+python3 scripts/gpu_check.py --tree-hash
+mkdir -p /tmp/logs
+python3 scripts/sanitize.py > /tmp/logs/sanitize.log 2>&1; echo sanitize rc $?
+python3 scripts/bench_launch.py > /tmp/logs/launch.log 2>&1; echo launch rc $?
+python3 scripts/bench_ops.py > /tmp/logs/ops.log 2>&1; echo ops rc $?  # 1 while an ops target is missed
+python3 scripts/bench_embed.py > /tmp/logs/embed.log 2>&1; echo embed rc $?
+tar czf "$OUT/records-b.tgz" docs/sanitizer.json docs/perf/launch.json docs/perf/launch.md docs/perf/ops.json \
+    docs/perf/ops.md docs/perf/embed.json -C /tmp logs
+tail -12 /tmp/logs/sanitize.log; tail -25 /tmp/logs/launch.log; tail -15 /tmp/logs/embed.log

@@ -1,27 +1,34 @@
-"""Study: rect's column tiles narrowed so that fewer of their columns idle (issue 24).
+"""Study: rect's column tiles chosen so that fewer of their columns idle (issue 24).
 
-    python lab/rect_cols.py --list [--seeds 20261214,20261213]      # no GPU: which shapes
-    python lab/rect_cols.py --out-dir DIR --seed S [--narrow] [--reps N]
+    python lab/rect_cols.py --list [--seeds 20261214,20261213] [--rule narrow]   # no GPU
+    python lab/rect_cols.py --out-dir DIR --seed S --rule old|narrow|exact [--reps N]
     python lab/rect_cols.py --summarize DIR [DIR ...] [-o lab/data/rect-cols.json]
 
 The ``rect`` launch moves a window of ``vectors`` accesses a row in tiles ``cols``
-vectors wide, ``cols`` the smallest power of two that holds the row, at most one tile's
-accesses (``fastcat_rect.rect_cols``). A row just past a power of two leaves most of its
-last column tile idle: 333 16-byte vectors in two tiles of 256 use 65% of the lanes. On
-the sweep of seed 20261214 (tree ``59e92e0d``, ``data/records-59e92e0d``) the cells whose
-rect launch used under 80% of its columns ran at a median 0.906 of the flat copy (7
-cells, lowest 0.870), those that used more at 0.986 (8 cells). Narrower tiles of a power
-of two (at least 32 vectors: a warp's row segment) cover such rows with less idle: 333
-vectors in eleven tiles of 32 use 95%.
+vectors wide. Main's rule (``old``) takes the smallest power of two that holds the row, at
+most one tile's accesses: a row just past a power of two leaves most of its last column
+tile idle (333 16-byte vectors in two tiles of 256 use 65% of the lanes), and a short
+window that is no power of two idles a column or more in every tile (the benchmark's
+80 -> 48 @ 32 gather: 3, 6, 12 or 24 vectors in tiles of 4, 8, 16 or 32). On the sweep of
+seed 20261214 (tree ``59e92e0d``, ``data/records-59e92e0d``) the cells whose rect launch
+used under 80% of its columns ran at a median 0.906 of the flat copy (7 cells, lowest
+0.870), those that used more at 0.986 (8 cells). The rules studied:
 
-``--list`` plans every sweep shape of the seeds given (no GPU) as planned and with the
-narrowest-idle tiles (``narrow_cols``), and prints those whose plan changes: a rect
-launch's tiles, or a launch the planner sent to the tiles for its idle columns that now
-stays rect. ``--out-dir`` runs ``scripts/bench.py`` on those shapes of
-``--seed`` (the fused method, with the ceilings it always times), as planned or with
-``--narrow`` (``fastcat._rect_shape`` replaced for this process; the routing rule that
-sends idle rect launches to tiles then sees the narrowed share). ``--summarize`` puts
-each run's fused time beside the flat copy of the same run. A study: no record.
+- ``narrow``: rows over 32 vectors in the power of two from 32 up that leaves the fewest
+  columns idle (333 vectors in eleven tiles of 32 use 95%); shorter windows as ``old``;
+- ``exact``: ``narrow``, and windows of at most 32 vectors in tiles exactly as wide
+  (``lab/pending/rect-narrow-cols.patch``'s rule; only a tree with that patch has rect
+  kernels of a width that is no power of two).
+
+``--list`` plans every sweep shape of the seeds given (no GPU) under ``old`` and under
+``--rule``, and prints those whose plan changes: a rect launch's tiles, or a launch the
+planner sent to the tiles for its idle columns that now stays rect. ``--out-dir`` runs
+``scripts/bench.py`` on those shapes of ``--seed`` (the fused method, with the ceilings it
+always times) under ``--rule`` (``fastcat._rect_shape`` replaced for this process; the
+routing rule that sends idle rect launches to tiles sees the new share), and, with
+``--named``, on the benchmark's gathers too. Run each rule alternating, two passes each,
+on the same tree. ``--summarize`` puts each run's fused time beside the flat copy of the
+same run. A study: no record.
 """
 
 from __future__ import annotations
@@ -37,31 +44,47 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 
+def old_cols(vectors: int, block: int, unroll: int) -> int:
+    """Main's rule: the smallest power of two that holds the row, at most a tile."""
+    c = 1
+    while c < vectors and c < block * unroll:
+        c *= 2
+    return c
+
+
 def narrow_cols(vectors: int, block: int, unroll: int) -> int:
     """The power of two from 32 to ``block * unroll`` whose tiles leave the fewest columns
     of a ``vectors``-long row idle; of equals, the widest. Rows of at most 32 vectors
-    keep the planner's tile."""
-    from ptxgen.kernels.fastcat_rect import rect_cols
-
-    planned = rect_cols(vectors, block, unroll)
+    keep ``old_cols``."""
+    best = c = old_cols(vectors, block, unroll)
     if vectors <= 32:
-        return planned
-    best, c = planned, planned
-    while c >= 32:
+        return best
+    while c > 32:
+        c //= 2
         if -(-vectors // c) * c < -(-vectors // best) * best:
             best = c
-        c //= 2
     return best
 
 
-def _narrow() -> None:
+def exact_cols(vectors: int, block: int, unroll: int) -> int:
+    """``narrow_cols``, and a window of at most 32 vectors in a tile exactly as wide."""
+    return max(vectors, 1) if vectors <= 32 else narrow_cols(vectors, block, unroll)
+
+
+RULES = {"old": old_cols, "narrow": narrow_cols, "exact": exact_cols}
+
+
+def _use(rule: str) -> None:
+    """Plan this process's rect launches with ``rule``'s tile widths."""
     from ptxgen.kernels import fastcat
 
-    planned = fastcat._rect_shape
+    if not hasattr(fastcat, "_planned_rect_shape"):
+        fastcat._planned_rect_shape = fastcat._rect_shape
+    planned, cols_of = fastcat._planned_rect_shape, RULES[rule]
 
-    def shape(width: int, vectors: int, chunks: int) -> tuple[int, int, int]:
+    def shape(width: int, vectors: int, chunks: int, *rest: int) -> tuple[int, int, int]:
         block, unroll, _ = planned(width, vectors, chunks)
-        return block, unroll, narrow_cols(vectors, block, unroll)
+        return block, unroll, cols_of(vectors, block, unroll)
 
     fastcat._rect_shape = shape
 
@@ -92,42 +115,53 @@ def _used(launches: tuple[tuple[str, int], ...]) -> float:
     return min(shares)
 
 
-def idle_shapes(seed: int) -> list[tuple[str, float, float, str, str]]:
-    """Each sweep case of ``seed`` whose plan narrowing changes: (case name, share of
-    columns used as planned and narrowed, the kernels as planned and narrowed). A rect
-    launch that idled under 60% of its columns went to the tiles; narrowed, it may stay
-    rect, so those cases are here too."""
+def idle_shapes(seed: int, rule: str) -> list[tuple[str, float, float, str, str]]:
+    """Each sweep case of ``seed`` whose plan changes from ``old`` to ``rule``: (case
+    name, share of columns used under each, the kernels under each). A rect launch that
+    idled under 60% of its columns went to the tiles; under ``rule`` it may stay rect, so
+    those cases are here too."""
     from bench_cases import sweep_cases
 
     from ptxgen.kernels import fastcat
 
-    planned_shape = fastcat._rect_shape
     cases = sweep_cases(64, seed)
-    planned = [_plan_ids(c) for c in cases]
-    _narrow()
+    shape = fastcat._rect_shape
     try:
-        narrowed = [_plan_ids(c) for c in cases]
+        _use("old")
+        before = [_plan_ids(c) for c in cases]
+        _use(rule)
+        after = [_plan_ids(c) for c in cases]
     finally:
-        fastcat._rect_shape = planned_shape
+        fastcat._rect_shape = shape
     found = []
-    for case, before, after in zip(cases, planned, narrowed):
-        if before != after:
-            names = [" + ".join(_family(k) for k, _ in p) for p in (before, after)]
-            found.append((case.name, round(_used(before), 3), round(_used(after), 3), *names))
+    for case, planned, changed in zip(cases, before, after):
+        if planned != changed:
+            names = [" + ".join(_family(k) for k, _ in p) for p in (planned, changed)]
+            found.append((case.name, round(_used(planned), 3), round(_used(changed), 3), *names))
     return found
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.narrow:
-        _narrow()
-    names = [found[0] for found in idle_shapes(args.seed)]
-    if not names:
-        print(f"no sweep shape of seed {args.seed} idles rect's columns")
+    names = [found[0] for found in idle_shapes(args.seed, "exact" if args.rule == "old" else args.rule)]
+    _use(args.rule)
+    patterns = [f"^{re.escape(n)}$" for n in names]
+    if args.named:
+        patterns.append(r"^gather 524288x80->48@32 ")
+    if not patterns:
+        print(f"no sweep shape of seed {args.seed} changes under {args.rule}")
         return 0
     import bench
 
-    only = "|".join(f"^{re.escape(n)}$" for n in names)
-    argv = ["--sweep", "64", "--seed", str(args.seed), "--only", only, "--methods", "ours: fused"]
+    argv = [
+        "--sweep",
+        "64",
+        "--seed",
+        str(args.seed),
+        "--only",
+        "|".join(patterns),
+        "--methods",
+        "ours: fused",
+    ]
     return bench.main([*argv, "--reps", str(args.reps), "--out-dir", str(args.out_dir)])
 
 
@@ -156,7 +190,8 @@ def main() -> int:
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--seeds", default="20261214", help="for --list: comma-separated")
     parser.add_argument("--seed", type=int, default=20261214)
-    parser.add_argument("--narrow", action="store_true")
+    parser.add_argument("--rule", choices=sorted(RULES), default="narrow")
+    parser.add_argument("--named", action="store_true", help="the benchmark's 80 -> 48 @ 32 gathers too")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--out-dir", type=Path)
     parser.add_argument("--summarize", type=Path, nargs="+")
@@ -164,7 +199,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.list:
         for seed in (int(s) for s in args.seeds.split(",")):
-            for name, used, narrowed, before, after in idle_shapes(seed):
+            for name, used, narrowed, before, after in idle_shapes(seed, args.rule):
                 print(f"{seed} {name:46s} columns used {used:.2f} -> {narrowed:.2f}  {before} -> {after}")
         return 0
     if args.summarize:

@@ -29,13 +29,15 @@ def test_narrow_cols_leaves_fewer_columns_idle_and_keeps_short_rows():
     assert rect_cols.narrow_cols(256, 128, 2) == 256  # a power of two: no idle column at 256
     assert rect_cols.narrow_cols(12, 128, 2) == 16  # a short row keeps the planner's tile
     assert rect_cols.narrow_cols(96, 128, 2) == 32  # 96 in three tiles of 32, not one of 128
+    assert rect_cols.exact_cols(12, 128, 2) == 12 and rect_cols.exact_cols(333, 128, 2) == 32
+    assert rect_cols.old_cols(333, 128, 2) == 256
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}")
 def test_narrowed_rect_moves_every_byte_and_nothing_else(case, monkeypatch):
     op, dtype, extents, cols = case
     monkeypatch.setattr(fastcat, "_rect_shape", fastcat._rect_shape)  # restored after the test
-    rect_cols._narrow()
+    rect_cols._use("narrow")
     d = ptxgen.resolve_dtype(dtype)
     rows = 5
     plan = make_plan(Problem(op, d, rows, extents), DeviceTraits(arch="sm_90"))

@@ -14,8 +14,9 @@ seed 20261214 (tree ``59e92e0d``, ``data/records-59e92e0d``) the cells whose rec
 used under 80% of its columns ran at a median 0.906 of the flat copy (7 cells, lowest
 0.870), those that used more at 0.986 (8 cells). The rules studied:
 
-- ``narrow``: rows over 32 vectors in the power of two from 32 up that leaves the fewest
-  columns idle (333 vectors in eleven tiles of 32 use 95%); shorter windows as ``old``;
+- ``narrow``: rows over 32 vectors whose ``old`` tiles idle more than a tenth of their
+  columns in the power of two from 32 up that leaves the fewest idle (333 vectors in
+  eleven tiles of 32 use 95%); others as ``old``;
 - ``exact``: ``narrow``, and windows of at most 32 vectors in tiles exactly as wide
   (``lab/pending/rect-narrow-cols.patch``'s rule; only a tree with that patch has rect
   kernels of a width that is no power of two).
@@ -53,15 +54,19 @@ def old_cols(vectors: int, block: int, unroll: int) -> int:
 
 
 def narrow_cols(vectors: int, block: int, unroll: int) -> int:
-    """The power of two from 32 to ``block * unroll`` whose tiles leave the fewest columns
-    of a ``vectors``-long row idle; of equals, the widest. Rows of at most 32 vectors
-    keep ``old_cols``."""
+    """Where ``old_cols``'s column tiles leave more than a tenth of their columns idle past
+    a row of more than 32 vectors: the power of two from 32 to ``block * unroll`` that
+    leaves the fewest, of equals the widest. Otherwise ``old_cols``."""
     best = c = old_cols(vectors, block, unroll)
-    if vectors <= 32:
+
+    def covered(cols: int) -> int:
+        return -(-vectors // cols) * cols
+
+    if vectors <= 32 or 10 * (covered(c) - vectors) <= covered(c):
         return best
     while c > 32:
         c //= 2
-        if -(-vectors // c) * c < -(-vectors // best) * best:
+        if covered(c) < covered(best):
             best = c
     return best
 

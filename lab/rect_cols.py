@@ -35,9 +35,7 @@ same run. A study: no record.
 from __future__ import annotations
 
 import argparse
-import json
 import re
-import statistics
 import sys
 from pathlib import Path
 
@@ -170,26 +168,6 @@ def run(args: argparse.Namespace) -> int:
     return bench.main([*argv, "--reps", str(args.reps), "--out-dir", str(args.out_dir)])
 
 
-def summarize(dirs: list[Path], output: Path | None) -> int:
-    rows: dict[str, dict[str, list[float]]] = {}
-    for d in dirs:
-        variant = d.name.rsplit("-", 1)[0]  # DIR is <variant>-<pass>
-        doc = json.loads((d / "results.json").read_text())
-        by: dict[str, dict[str, float]] = {}
-        for r in doc["results"]:
-            if r["GBps"]:
-                by.setdefault(f"{r['op']} {r['shape']} {r['dtype']}", {})[r["method"]] = r["GBps"]
-        for case, methods in by.items():
-            if "ours: fused" in methods and "flat_copy" in methods:
-                ratio = methods["ours: fused"] / methods["flat_copy"]
-                rows.setdefault(case, {}).setdefault(variant, []).append(round(ratio, 3))
-    for case, variants in sorted(rows.items()):
-        print(case, {v: statistics.median(r) for v, r in variants.items()})
-    if output is not None:
-        output.write_text(json.dumps(rows, indent=1) + "\n")
-    return 0
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--list", action="store_true")
@@ -208,7 +186,9 @@ def main() -> int:
                 print(f"{seed} {name:46s} columns used {used:.2f} -> {narrowed:.2f}  {before} -> {after}")
         return 0
     if args.summarize:
-        return summarize(args.summarize, args.output)
+        from rect_small import summarize  # the same summary, over the flat copy
+
+        return summarize(args.summarize, args.output, ceiling="flat_copy", label="of_flat_copy")
     if args.out_dir is None:
         parser.error("--out-dir, --list or --summarize")
     return run(args)

@@ -8,11 +8,12 @@ import re
 import numpy as np
 import pytest
 import rect_cols
-from ptxsim import Memory, run_kernel
+from ptxsim import Memory
+from test_fastcat_plans import _run
 
 import ptxgen
 from ptxgen.kernels import fastcat
-from runtime.plan import WIDE, DeviceTraits, Problem, Ptr, make_plan
+from runtime.plan import WIDE, DeviceTraits, Problem, make_plan
 
 # (op, dtype, extents, the narrowed tile width): rows just past a power of two of vectors
 CASES = [
@@ -55,10 +56,7 @@ def test_narrowed_rect_moves_every_byte_and_nothing_else(case, monkeypatch):
     else:
         for ptr, data in zip(pieces, piece_bytes):
             mem.write(ptr, data.tobytes())
-    arrays = {WIDE: wide, **dict(enumerate(pieces))}
-    values = [arrays[a.array] + a.byte_offset if isinstance(a, Ptr) else a for a in step.args]
-    grid = tuple(min(g, 2) for g in step.grid[:2])  # grid-stride: two CTAs a dimension stride
-    run_kernel(step.kernel, grid, dict(zip(step.kernel.arg_names, values)), mem)
+    _run(plan.problem, plan.steps, {WIDE: wide, **dict(enumerate(pieces))}, mem)  # two CTAs a dimension
     offsets = np.cumsum((0, *extents)) * d.itemsize
     if op == "backward":
         as_rows = wide_bytes.reshape(rows, pitch)

@@ -125,6 +125,8 @@ def resolve_dtype(value: object) -> DType:
     """
     if isinstance(value, DType):
         return value
+    if value.__class__ is str and value in _BY_NAME:  # a name as the table spells it: the common call
+        return _BY_NAME[value]
     spelling = _spelling_of(value)
     _check_byte_order(value)
     if spelling is None:

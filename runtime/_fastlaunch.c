@@ -76,6 +76,13 @@ typedef int (*launch_kernel_ex_t)(const launch_config_t *config, uintptr_t f, vo
 #define MAX_BUFFER 4096
 #define MAX_PARAMS 64
 
+/* A type's owned references are named fields in a union with ``refs[]``, which its
+ * traverse and clear go over (in order); REFS_END checks refs[] covers every named one. */
+#define VISIT_REFS(refs) for (size_t r_ = 0; r_ < sizeof(refs) / sizeof(PyObject *); r_++) Py_VISIT((refs)[r_])
+#define CLEAR_REFS(refs) for (size_t r_ = 0; r_ < sizeof(refs) / sizeof(PyObject *); r_++) Py_CLEAR((refs)[r_])
+#define REFS_END(T, next) \
+    enum { T##_refs_end = Py_BUILD_ASSERT_EXPR(offsetof(T, next) == offsetof(T, refs) + sizeof((T *)0)->refs) }
+
 /* --- parameters ------------------------------------------------------------------- */
 
 enum { POINTER = 0, SCALAR = 1 };
@@ -118,28 +125,39 @@ typedef struct {
  * handle, which is used again only while the runtime still knows that handle (a closed
  * runtime.Stream forgets its handle, and an int naming it is then refused). */
 typedef struct {
-    PyObject *stream_class;  /* runtime.Stream */
-    PyObject *stream_handle; /* runtime.stream.stream_handle */
-    PyObject *known;         /* runtime.stream's set of the handles it knows */
-    PyObject *last;          /* the last stream object that was no Stream ... */
-    PyObject *last_handle;   /* ... its handle as an int object ... */
-    uintptr_t last_value;    /* ... and as a value */
+    union { /* the references it owns, also as refs[] (VISIT_REFS, CLEAR_REFS) */
+        struct {
+            PyObject *stream_class;  /* runtime.Stream */
+            PyObject *stream_handle; /* runtime.stream.stream_handle */
+            PyObject *known;         /* runtime.stream's set of the handles it knows */
+            PyObject *last;          /* the last stream object that was no Stream ... */
+            PyObject *last_handle;   /* ... its handle as an int object ... */
+        };
+        PyObject *refs[5];
+    };
+    uintptr_t last_value; /* ... and as a value */
 } streams_t;
+REFS_END(streams_t, last_value);
 
 /* --- the Launch object ------------------------------------------------------------ */
 
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    PyObject *dict;
     PyObject *weakrefs;
-    PyObject *fallback;      /* the Python launch function */
-    PyObject *device_array;  /* runtime.DeviceArray */
-    PyObject *tensor;        /* torch.Tensor once bound, else NULL */
+    union { /* the references it owns (and readers', streams', params'), also as refs[] */
+        struct {
+            PyObject *dict;
+            PyObject *fallback;     /* the Python launch function */
+            PyObject *device_array; /* runtime.DeviceArray */
+            PyObject *tensor;       /* torch.Tensor once bound, else NULL */
+            PyObject *footprint;    /* need(gx, gy, gz, bx, by, bz, key) -> tuple, or NULL */
+        };
+        PyObject *refs[5];
+    };
     readers_t readers;       /* how its attributes are read */
     streams_t streams;
-    PyObject *footprint;     /* need(gx, gy, gz, bx, by, bz, key) -> tuple, or NULL */
-    char open, check_ints; /* members: closed, every later launch goes to Python; int addresses too */
+    char open, check_ints; /* closed: every later launch goes to Python (for good); int addresses too */
     int dependent;
     uint32_t attribute_id;
     uintptr_t function;
@@ -152,14 +170,15 @@ typedef struct {
     param_t *params;
     footprint_cache_t cache;
 } Launch;
+REFS_END(Launch, readers);
 
 static PyTypeObject LaunchType;
 static PyTypeObject PreparedType;
 
 static PyObject *s_launch_key, *s_address, *s_nbytes, *s_dtype, *s_is_cuda, *s_get_device,
     *s_is_contiguous, *s_data_ptr, *s_handle, *s_stream, *s_shared_mem, *s_shape, *s_ordinal,
-    *s_closed, *s_requires_grad, *s_itemsize, *s_new_empty, *s_empty, *s_stride, *s_new_empty_strided,
-    *s_first_output, *s_spans, *s_results, *s_backward, *s_forward;
+    *s_closed, *s_requires_grad, *s_itemsize, *s_empty, *s_stride, *s_new_empty_strided,
+    *s_first_output, *s_spans, *s_results, *s_order, *s_backward, *s_forward;
 
 /* Forget a failed read: the Python path will meet the same failure and say what it is.
  * Only an Exception is forgotten; a KeyboardInterrupt or SystemExit stays set, and every
@@ -241,19 +260,8 @@ static PyObject **const reader_names[T_COUNT] = {&s_dtype, &s_is_cuda, &s_nbytes
 static const char reader_is_method[T_COUNT] = {[T_GET_DEVICE] = 1, [T_IS_CONTIGUOUS] = 1, [T_DATA_PTR] = 1,
                                                [T_STRIDE] = 1};
 
-static void readers_clear(readers_t *R) {
-    for (int i = 0; i < T_COUNT; i++)
-        Py_CLEAR(R->descr[i]);
-}
-
-static int readers_traverse(readers_t *R, visitproc visit, void *arg) {
-    for (int i = 0; i < T_COUNT; i++)
-        Py_VISIT(R->descr[i]);
-    return 0;
-}
-
 static void readers_bind(readers_t *R, PyObject *cls) {
-    readers_clear(R);
+    CLEAR_REFS(R->descr);
     for (int i = 0; i < T_COUNT; i++) {
         PyObject *d = PyObject_GetAttr(cls, *reader_names[i]);
         if (d == NULL) {
@@ -512,29 +520,9 @@ static int resolve_stream(streams_t *S, PyObject *stream, uintptr_t *handle) {
 }
 
 static void streams_init(streams_t *S, PyObject *stream_class, PyObject *stream_handle, PyObject *known) {
-    Py_INCREF(stream_class);
-    S->stream_class = stream_class;
-    Py_INCREF(stream_handle);
-    S->stream_handle = stream_handle;
-    Py_INCREF(known);
-    S->known = known;
-}
-
-static int streams_traverse(streams_t *S, visitproc visit, void *arg) {
-    Py_VISIT(S->stream_class);
-    Py_VISIT(S->stream_handle);
-    Py_VISIT(S->known);
-    Py_VISIT(S->last);
-    Py_VISIT(S->last_handle);
-    return 0;
-}
-
-static void streams_clear(streams_t *S) {
-    Py_CLEAR(S->stream_class);
-    Py_CLEAR(S->stream_handle);
-    Py_CLEAR(S->known);
-    Py_CLEAR(S->last);
-    Py_CLEAR(S->last_handle);
+    S->stream_class = Py_NewRef(stream_class);
+    S->stream_handle = Py_NewRef(stream_handle);
+    S->known = Py_NewRef(known);
 }
 
 static PyObject *fall_back(PyObject *fallback, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
@@ -569,7 +557,7 @@ static PyObject *Launch_vectorcall(PyObject *self, PyObject *const *args, size_t
         return NULL;
     }
     if (!L->open || nargs != 3)
-        return fall_back(L->fallback, args, nargsf, kwnames);
+        goto python;
     if (kwnames != NULL) {
         Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
         for (Py_ssize_t k = 0; k < nk; k++) {
@@ -579,35 +567,31 @@ static PyObject *Launch_vectorcall(PyObject *self, PyObject *const *args, size_t
             else if (name == s_shared_mem || PyUnicode_Compare(name, s_shared_mem) == 0)
                 shared_obj = args[nargs + k];
             else
-                return fall_back(L->fallback, args, nargsf, kwnames);
+                goto python;
         }
     }
     unsigned geometry[6];
     uint64_t shared = 0;
     if (!dims(args[0], L->max_grid, geometry) || !dims(args[1], L->max_block, geometry + 3))
-        return fall_back(L->fallback, args, nargsf, kwnames);
-    if (L->fixed_block) {
-        if (geometry[3] != L->block[0] || geometry[4] != L->block[1] || geometry[5] != L->block[2])
-            return fall_back(L->fallback, args, nargsf, kwnames);
-    } else if ((uint64_t)geometry[3] * geometry[4] * geometry[5] > L->max_threads) {
-        return fall_back(L->fallback, args, nargsf, kwnames);
-    }
-    if (shared_obj != NULL) {
-        if (!uint_bits(shared_obj, &shared) || shared > L->max_shared)
-            return fall_back(L->fallback, args, nargsf, kwnames);
-    }
+        goto python;
+    if (L->fixed_block ? geometry[3] != L->block[0] || geometry[4] != L->block[1] || geometry[5] != L->block[2]
+                       : (uint64_t)geometry[3] * geometry[4] * geometry[5] > L->max_threads)
+        goto python;
+    if (shared_obj != NULL && (!uint_bits(shared_obj, &shared) || shared > L->max_shared))
+        goto python;
     PyObject *given = args[2];
     if (!PyTuple_CheckExact(given) || PyTuple_GET_SIZE(given) != L->nparams)
-        return fall_back(L->fallback, args, nargsf, kwnames);
+        goto python;
     uintptr_t handle;
     if (!resolve_stream(&L->streams, stream, &handle))
-        return fall_back(L->fallback, args, nargsf, kwnames);
+        goto python;
     int done = launch_checked(L, &L->cache, &PyTuple_GET_ITEM(given, 0), geometry, (unsigned)shared, handle);
     if (done < 0)
         return NULL;
-    if (!done)
-        return fall_back(L->fallback, args, nargsf, kwnames);
-    Py_RETURN_NONE;
+    if (done)
+        Py_RETURN_NONE;
+python:
+    return fall_back(L->fallback, args, nargsf, kwnames);
 }
 
 /* --- construction ----------------------------------------------------------------- */
@@ -638,55 +622,29 @@ static void footprint_cache_free(footprint_cache_t *cache) {
     cache->scalars = cache->need = NULL;
 }
 
-/* One parameter from its description: ("pointer", offset, mask, ordinal, key) or
- * ("scalar", offset, size, low, high, raw_low, raw_high). */
+/* One parameter from its description, as runtime/launch.py's _compiled makes it:
+ * ("pointer", offset, mask, ordinal, key) or ("scalar", offset, size, low, high, raw_low,
+ * raw_high). Anything else (never made there) is refused with one error. */
 static int param_init(param_t *p, PyObject *spec) {
     const char *kind;
-    Py_ssize_t offset;
+    unsigned long long mask = 0;
     memset(p, 0, sizeof *p);
-    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) < 1) {
+    p->size = 8;
+    if (!PyTuple_Check(spec)) { /* a tuple holds what PyArg_Parse lends out (another sequence may not) */
         PyErr_SetString(PyExc_TypeError, "a parameter is described by a tuple");
         return 0;
     }
-    kind = PyUnicode_AsUTF8(PyTuple_GET_ITEM(spec, 0));
-    if (kind == NULL)
+    int pointer = PyTuple_GET_SIZE(spec) == 5;
+    if (pointer ? !PyArg_Parse(spec, "(snKLO)", &kind, &p->offset, &mask, &p->ordinal, &p->key)
+                : !PyArg_Parse(spec, "(sniLKLK)", &kind, &p->offset, &p->size, &p->low, &p->high, &p->raw_low,
+                               &p->raw_high))
         return 0;
-    if (strcmp(kind, "pointer") == 0) {
-        unsigned long long mask;
-        long long ordinal;
-        PyObject *key;
-        if (!PyArg_ParseTuple(spec, "snKLO", &kind, &offset, &mask, &ordinal, &key))
-            return 0;
-        p->kind = POINTER;
-        p->offset = offset;
-        p->size = 8;
-        p->mask = mask;
-        p->ordinal = ordinal;
-        Py_INCREF(key);
-        p->key = key;
-    } else if (strcmp(kind, "scalar") == 0) {
-        int size;
-        long long low, raw_low;
-        unsigned long long high, raw_high;
-        if (!PyArg_ParseTuple(spec, "sniLKLK", &kind, &offset, &size, &low, &high, &raw_low, &raw_high))
-            return 0;
-        if (size != 1 && size != 2 && size != 4 && size != 8) {
-            PyErr_Format(PyExc_ValueError, "a scalar of %d bytes", size);
-            return 0;
-        }
-        p->kind = SCALAR;
-        p->offset = offset;
-        p->size = size;
-        p->low = low;
-        p->high = high;
-        p->raw_low = raw_low;
-        p->raw_high = raw_high;
-    } else {
-        PyErr_Format(PyExc_ValueError, "unknown parameter kind %s", kind);
-        return 0;
-    }
-    if (p->offset < 0 || p->offset + p->size > MAX_BUFFER) { /* the launcher keeps to both limits */
-        PyErr_SetString(PyExc_ValueError, "a parameter lies outside the parameter buffer");
+    Py_XINCREF(p->key);
+    p->kind = pointer ? POINTER : SCALAR;
+    p->mask = mask;
+    if (strcmp(kind, pointer ? "pointer" : "scalar") != 0 || p->size < 1 || p->size > 8 || (p->size & (p->size - 1)) ||
+        p->offset < 0 || p->offset > MAX_BUFFER - p->size) { /* the launcher keeps to the buffer's limits */
+        PyErr_SetString(PyExc_ValueError, "a parameter this launch does not take");
         return 0;
     }
     return 1;
@@ -763,15 +721,10 @@ static PyObject *Launch_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     L->attribute_id = attribute_id;
     L->check_ints = check_ints;
     L->open = 1;
-    Py_INCREF(fallback);
-    L->fallback = fallback;
-    Py_INCREF(device_array);
-    L->device_array = device_array;
+    L->fallback = Py_NewRef(fallback);
+    L->device_array = Py_NewRef(device_array);
     streams_init(&L->streams, stream_class, stream_handle, known);
-    if (footprint != Py_None) {
-        Py_INCREF(footprint);
-        L->footprint = footprint;
-    }
+    L->footprint = footprint != Py_None ? Py_NewRef(footprint) : NULL;
     Py_DECREF(seq);
     return (PyObject *)L;
 fail:
@@ -781,13 +734,9 @@ fail:
 }
 
 static int Launch_traverse(Launch *L, visitproc visit, void *arg) {
-    Py_VISIT(L->dict);
-    Py_VISIT(L->fallback);
-    Py_VISIT(L->device_array);
-    Py_VISIT(L->tensor);
-    streams_traverse(&L->streams, visit, arg);
-    Py_VISIT(L->footprint);
-    readers_traverse(&L->readers, visit, arg);
+    VISIT_REFS(L->refs);
+    VISIT_REFS(L->streams.refs);
+    VISIT_REFS(L->readers.descr);
     for (Py_ssize_t i = 0; L->params != NULL && i < L->nparams; i++) {
         Py_VISIT(L->params[i].key);
         Py_VISIT(L->params[i].torch_dtype);
@@ -797,13 +746,9 @@ static int Launch_traverse(Launch *L, visitproc visit, void *arg) {
 
 static int Launch_clear(Launch *L) {
     L->open = 0; /* a launch after this goes to the (cleared) fallback: never reached */
-    Py_CLEAR(L->dict);
-    Py_CLEAR(L->fallback);
-    Py_CLEAR(L->device_array);
-    Py_CLEAR(L->tensor);
-    streams_clear(&L->streams);
-    Py_CLEAR(L->footprint);
-    readers_clear(&L->readers);
+    CLEAR_REFS(L->refs);
+    CLEAR_REFS(L->streams.refs);
+    CLEAR_REFS(L->readers.descr);
     for (Py_ssize_t i = 0; L->params != NULL && i < L->nparams; i++) {
         Py_CLEAR(L->params[i].key);
         Py_CLEAR(L->params[i].torch_dtype);
@@ -835,33 +780,35 @@ static PyObject *Launch_bind_torch(Launch *L, PyObject *args) {
         if (L->params[i].kind != POINTER)
             continue;
         PyObject *d = PyTuple_GET_ITEM(dtypes, k++);
-        if (d == Py_None) {
-            Py_CLEAR(L->params[i].torch_dtype);
-        } else {
-            Py_INCREF(d);
-            Py_XSETREF(L->params[i].torch_dtype, d);
-        }
+        Py_XSETREF(L->params[i].torch_dtype, d != Py_None ? Py_NewRef(d) : NULL);
     }
-    Py_INCREF(tensor);
-    Py_XSETREF(L->tensor, tensor);
+    Py_XSETREF(L->tensor, Py_NewRef(tensor));
     readers_bind(&L->readers, tensor);
     Py_RETURN_NONE;
 }
 
+/* close() and not a writable member: a launch closed with its module (unloaded, or a forked
+ * child's) must never call the driver from here again. */
+static PyObject *Launch_close(Launch *L, PyObject *unused) {
+    L->open = 0;
+    Py_RETURN_NONE;
+}
+
 static PyMemberDef Launch_members[] = {
-    {"open", T_BOOL, offsetof(Launch, open), 0, "False: every later launch goes to the Python path."},
+    {"open", T_BOOL, offsetof(Launch, open), READONLY, "False once closed: every launch goes to the Python path."},
     {"check_ints", T_BOOL, offsetof(Launch, check_ints), 0,
      "Whether int addresses go to the Python path (which asks the driver about them)."},
     {NULL, 0, 0, 0, NULL},
 };
 
 static PyMethodDef Launch_methods[] = {
+    {"close", (PyCFunction)Launch_close, METH_NOARGS, "Every later launch goes to the Python path, for good."},
     {"bind_torch", (PyCFunction)Launch_bind_torch, METH_VARARGS,
      "bind_torch(tensor_class, dtypes): recognise torch tensors, one dtype per pointer."},
     {NULL, NULL, 0, NULL},
 };
 
-static PyGetSetDef Launch_getset[] = {
+static PyGetSetDef dict_getset[] = { /* Launch's and Prepared's */
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -883,7 +830,7 @@ static PyTypeObject LaunchType = {
     .tp_weaklistoffset = offsetof(Launch, weakrefs),
     .tp_methods = Launch_methods,
     .tp_members = Launch_members,
-    .tp_getset = Launch_getset,
+    .tp_getset = dict_getset,
 };
 
 /* --- prepared launches ------------------------------------------------------------ */
@@ -891,15 +838,21 @@ static PyTypeObject LaunchType = {
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    PyObject *dict;
-    Launch *launch;
-    PyObject *fallback; /* the Python prepared launch (or its raw) */
-    PyObject *stream;   /* the runtime.Stream launched on, asked whether it is open; or NULL */
+    Launch *launch; /* owned as well (of its own type, so not in refs[]) */
+    union {         /* the other references it owns, also as refs[] */
+        struct {
+            PyObject *dict;
+            PyObject *fallback; /* the Python prepared launch (or its raw) */
+            PyObject *stream;   /* the runtime.Stream launched on, asked whether it is open; or NULL */
+        };
+        PyObject *refs[3];
+    };
     uintptr_t stream_handle;
     unsigned geometry[6], shared;
     int raw;
     footprint_cache_t cache;
 } Prepared;
+REFS_END(Prepared, stream_handle);
 
 /* One trusted value into its slot: a scalar in its C type's range, an address not negative. */
 static int pack_one(const param_t *p, uint64_t bits, int negative, unsigned char *buf) {
@@ -985,14 +938,9 @@ static PyObject *Prepared_new(PyTypeObject *type, PyObject *args, PyObject *kwar
         Py_DECREF(P);
         return NULL;
     }
-    Py_INCREF(launch);
-    P->launch = (Launch *)launch;
-    Py_INCREF(fallback);
-    P->fallback = fallback;
-    if (stream != Py_None) {
-        Py_INCREF(stream);
-        P->stream = stream;
-    }
+    P->launch = (Launch *)Py_NewRef(launch);
+    P->fallback = Py_NewRef(fallback);
+    P->stream = stream != Py_None ? Py_NewRef(stream) : NULL;
     P->stream_handle = (uintptr_t)handle;
     P->shared = shared;
     P->raw = raw;
@@ -1000,18 +948,14 @@ static PyObject *Prepared_new(PyTypeObject *type, PyObject *args, PyObject *kwar
 }
 
 static int Prepared_traverse(Prepared *P, visitproc visit, void *arg) {
-    Py_VISIT(P->dict);
     Py_VISIT(P->launch);
-    Py_VISIT(P->fallback);
-    Py_VISIT(P->stream);
+    VISIT_REFS(P->refs);
     return 0;
 }
 
 static int Prepared_clear(Prepared *P) {
-    Py_CLEAR(P->dict);
     Py_CLEAR(P->launch);
-    Py_CLEAR(P->fallback);
-    Py_CLEAR(P->stream);
+    CLEAR_REFS(P->refs);
     return 0;
 }
 
@@ -1021,11 +965,6 @@ static void Prepared_dealloc(Prepared *P) {
     footprint_cache_free(&P->cache);
     Py_TYPE(P)->tp_free((PyObject *)P);
 }
-
-static PyGetSetDef Prepared_getset[] = {
-    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
 
 static PyTypeObject PreparedType = {
     PyVarObject_HEAD_INIT(NULL, 0)
@@ -1040,10 +979,35 @@ static PyTypeObject PreparedType = {
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(Prepared, vectorcall),
     .tp_dictoffset = offsetof(Prepared, dict),
-    .tp_getset = Prepared_getset,
+    .tp_getset = dict_getset,
 };
 
 #define MAX_PIECES 15 /* the alignment key holds 4 bits per array in 64 */
+
+/* fn(*ints): an int object per value, ``values[i]`` read as unsigned or, where ``sign``
+ * says 1, as signed, or 2, plus 2**64 (NULL: all unsigned). 0 called, -1 an error set. */
+static int call_ints(PyObject *fn, const uint64_t *values, const unsigned char *sign, Py_ssize_t n) {
+    PyObject *ints[MAX_PARAMS] = {NULL}, *r = NULL;
+    Py_ssize_t made = 0;
+    for (; made < n; made++) {
+        int how = sign != NULL ? sign[made] : 0;
+        ints[made] = how == 1 ? PyLong_FromLongLong((long long)values[made])
+                              : PyLong_FromUnsignedLongLong(values[made]);
+        if (ints[made] != NULL && how == 2) {
+            PyObject *past = PyLong_FromString("18446744073709551616", NULL, 10); /* 2**64 */
+            Py_SETREF(ints[made], past != NULL ? PyNumber_Add(ints[made], past) : NULL);
+            Py_XDECREF(past);
+        }
+        if (ints[made] == NULL)
+            break;
+    }
+    if (made == n)
+        r = PyObject_Vectorcall(fn, ints, (size_t)n, NULL);
+    while (made > 0)
+        Py_DECREF(ints[--made]);
+    Py_XDECREF(r);
+    return r != NULL ? 0 : -1;
+}
 
 /* --- the ops' steps ---------------------------------------------------------------- */
 /*
@@ -1062,8 +1026,8 @@ static PyTypeObject PreparedType = {
 typedef struct {
     Prepared *raw;         /* the step's prepared raw launch */
     Py_ssize_t nargs;
+    uint64_t *value;       /* the constant's bits, or the byte offset (one allocation with the two below) */
     signed char *source;   /* per argument: -1 a constant, 0 the wide array, i + 1 piece i */
-    uint64_t *value;       /* the constant's bits, or the byte offset */
     unsigned char *negative; /* a constant below zero */
 } step_t;
 
@@ -1077,49 +1041,6 @@ typedef struct {
 
 static PyTypeObject StepsType;
 
-/* The step's argument ``i`` as an int object, as the Python function computes it. */
-static PyObject *step_value(const step_t *st, Py_ssize_t i, const uint64_t *bases) {
-    if (st->source[i] < 0)
-        return st->negative[i] ? PyLong_FromLongLong((long long)st->value[i])
-                               : PyLong_FromUnsignedLongLong(st->value[i]);
-    PyObject *base = PyLong_FromUnsignedLongLong(bases[st->source[i]]);
-    if (base == NULL || st->value[i] == 0)
-        return base;
-    PyObject *offset = PyLong_FromUnsignedLongLong(st->value[i]);
-    PyObject *sum = offset != NULL ? PyNumber_Add(base, offset) : NULL;
-    Py_DECREF(base);
-    Py_XDECREF(offset);
-    return sum;
-}
-
-/* The step through the Python path of its prepared raw launch (the function the C raw
- * launch falls back to), with int objects: 0 done, -1 error. C has either refused the
- * step or had the driver refuse it: the Python path packs and calls once more, retrying
- * with the context made current, or raises, as the Python function's raw call would. */
-static int step_through_python(const step_t *st, const uint64_t *bases) {
-    PyObject *values[MAX_PARAMS];
-    Py_ssize_t made = 0;
-    int result = -1;
-    for (; made < st->nargs; made++) {
-        values[made] = step_value(st, made, bases);
-        if (values[made] == NULL)
-            goto done;
-    }
-    /* held across the call: a cleared raw launch drops its fallback (and then raises) */
-    PyObject *target = st->raw->fallback != NULL ? st->raw->fallback : (PyObject *)st->raw;
-    Py_INCREF(target);
-    PyObject *r = PyObject_Vectorcall(target, values, (size_t)st->nargs, NULL);
-    Py_DECREF(target);
-    if (r != NULL) {
-        Py_DECREF(r);
-        result = 0;
-    }
-done:
-    for (Py_ssize_t i = 0; i < made; i++)
-        Py_DECREF(values[i]);
-    return result;
-}
-
 /* Every step, given ``bases``: [0] the wide array's address, [i + 1] piece i's. 0 all
  * launched; -1 an error set (the steps before it were launched, as in Python). */
 static int steps_run(Steps *S, const uint64_t *bases) {
@@ -1129,16 +1050,30 @@ static int steps_run(Steps *S, const uint64_t *bases) {
         Launch *L = P->launch;
         int done = L != NULL && L->open && P->fallback != NULL;
         uint64_t bits[MAX_PARAMS];
-        for (Py_ssize_t i = 0; done && i < st->nargs; i++) {
+        for (Py_ssize_t i = 0; i < st->nargs; i++) {
             bits[i] = st->value[i];
             if (st->source[i] >= 0) { /* an address plus an offset: past 2**64 is Python's to refuse */
                 uint64_t base = bases[st->source[i]];
-                done = bits[i] <= UINT64_MAX - base;
+                done = done && bits[i] <= UINT64_MAX - base;
                 bits[i] += base;
             }
         }
-        done = done && launch_trusted(P, bits, st->negative);
-        if (!done && step_through_python(st, bases) < 0)
+        if (done && launch_trusted(P, bits, st->negative))
+            continue;
+        /* Through the Python path of its prepared raw launch (the function the C raw launch
+         * falls back to), with int objects: C has either refused the step or had the driver
+         * refuse it: the Python path packs and calls once more, retrying with the context
+         * made current, or raises, as the Python function's raw call would. A sum below its
+         * offset went past 2**64: it is made as Python adds them, for the raw launch to refuse. */
+        unsigned char sign[MAX_PARAMS];
+        for (Py_ssize_t i = 0; i < st->nargs; i++)
+            sign[i] = st->source[i] < 0 ? st->negative[i] : bits[i] < st->value[i] ? 2 : 0;
+        /* held across the call: a cleared raw launch drops its fallback (and then raises) */
+        PyObject *target = P->fallback != NULL ? P->fallback : (PyObject *)P;
+        Py_INCREF(target);
+        int called = call_ints(target, bits, sign, st->nargs);
+        Py_DECREF(target);
+        if (called < 0)
             return -1;
     }
     return 0;
@@ -1163,41 +1098,29 @@ static PyObject *Steps_vectorcall(PyObject *self, PyObject *const *args, size_t 
     Py_RETURN_NONE;
 }
 
-static void steps_free(Steps *S) {
-    if (S->steps == NULL)
-        return;
-    for (Py_ssize_t k = 0; k < S->nsteps; k++) {
-        PyMem_Free(S->steps[k].source);
-        PyMem_Free(S->steps[k].value);
-        PyMem_Free(S->steps[k].negative);
-    }
-    PyMem_Free(S->steps);
-    S->steps = NULL;
-}
-
 /* One step from ``(raw, recipe)``: recipe holds, per argument of the kernel, an int (a
  * constant) or ``(array, byte_offset)`` with array 0 the wide array and i + 1 piece i. */
 static int step_init(step_t *st, PyObject *pair, Py_ssize_t npieces) {
-    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
-        !PyObject_TypeCheck(PyTuple_GET_ITEM(pair, 0), &PreparedType) || !PyTuple_Check(PyTuple_GET_ITEM(pair, 1))) {
+    PyObject *raw, *recipe; /* each step is (prepared raw launch, tuple of arguments), a tuple: */
+    if (!PyTuple_Check(pair)) { /* it holds what PyArg_Parse lends out (another sequence may not) */
         PyErr_SetString(PyExc_TypeError, "each step is (prepared raw launch, tuple of arguments)");
         return 0;
     }
-    Prepared *P = (Prepared *)PyTuple_GET_ITEM(pair, 0);
-    PyObject *recipe = PyTuple_GET_ITEM(pair, 1);
+    if (!PyArg_Parse(pair, "(O!O!)", &PreparedType, &raw, &PyTuple_Type, &recipe))
+        return 0;
+    Prepared *P = (Prepared *)raw;
     if (!P->raw || P->launch == NULL || PyTuple_GET_SIZE(recipe) != P->launch->nparams) {
         PyErr_SetString(PyExc_ValueError, "a step needs a prepared raw launch and one recipe per parameter");
         return 0;
     }
     Py_ssize_t n = PyTuple_GET_SIZE(recipe);
     st->nargs = n;
-    st->source = PyMem_Calloc((size_t)n + 1, 1);
-    st->value = PyMem_Calloc((size_t)n + 1, sizeof(uint64_t));
-    st->negative = PyMem_Calloc((size_t)n + 1, 1);
-    if (st->source == NULL || st->value == NULL || st->negative == NULL) {
+    if ((st->value = PyMem_Calloc((size_t)n + 1, sizeof(uint64_t) + 2)) == NULL) {
         PyErr_NoMemory();
         return 0;
     }
+    st->source = (signed char *)(st->value + n + 1);
+    st->negative = (unsigned char *)st->source + n + 1;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PyTuple_GET_ITEM(recipe, i);
         uint64_t bits, array;
@@ -1217,8 +1140,7 @@ static int step_init(step_t *st, PyObject *pair, Py_ssize_t npieces) {
         st->value[i] = bits;
         st->negative[i] = (unsigned char)negative;
     }
-    Py_INCREF(P);
-    st->raw = P;
+    st->raw = (Prepared *)Py_NewRef(P);
     return 1;
 }
 
@@ -1244,31 +1166,31 @@ static PyObject *Steps_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return PyErr_NoMemory();
     }
     for (Py_ssize_t k = 0; k < n; k++) {
-        S->nsteps = k + 1; /* what steps_free and the collector see */
+        S->nsteps = k + 1; /* what Steps_clear and the collector see */
         if (!step_init(&S->steps[k], PyTuple_GET_ITEM(steps, k), npieces)) {
             Py_DECREF(S);
             return NULL;
         }
     }
-    Py_INCREF(fallback);
-    S->fallback = fallback;
+    S->fallback = Py_NewRef(fallback);
     return (PyObject *)S;
 }
 
 static int Steps_traverse(Steps *S, visitproc visit, void *arg) {
     Py_VISIT(S->fallback);
-    if (S->steps != NULL)
-        for (Py_ssize_t k = 0; k < S->nsteps; k++)
-            Py_VISIT(S->steps[k].raw);
+    for (Py_ssize_t k = 0; S->steps != NULL && k < S->nsteps; k++)
+        Py_VISIT(S->steps[k].raw);
     return 0;
 }
 
 static int Steps_clear(Steps *S) {
     Py_CLEAR(S->fallback);
-    if (S->steps != NULL)
-        for (Py_ssize_t k = 0; k < S->nsteps; k++)
-            Py_CLEAR(S->steps[k].raw);
-    steps_free(S);
+    for (Py_ssize_t k = 0; S->steps != NULL && k < S->nsteps; k++)
+        Py_CLEAR(S->steps[k].raw);
+    for (Py_ssize_t k = 0; S->steps != NULL && k < S->nsteps; k++) /* freed once every launch is let go */
+        PyMem_Free(S->steps[k].value);
+    PyMem_Free(S->steps);
+    S->steps = NULL;
     return 0;
 }
 
@@ -1279,28 +1201,11 @@ static void Steps_dealloc(Steps *S) {
 }
 
 static PyObject *Steps_get_fallback(Steps *S, void *unused) {
-    if (S->fallback == NULL)
-        Py_RETURN_NONE;
-    Py_INCREF(S->fallback);
-    return S->fallback;
-}
-
-static PyObject *Steps_get_raws(Steps *S, void *unused) {
-    Py_ssize_t n = S->steps != NULL ? S->nsteps : 0;
-    PyObject *t = PyTuple_New(n);
-    if (t == NULL)
-        return NULL;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *raw = S->steps[k].raw != NULL ? (PyObject *)S->steps[k].raw : Py_None;
-        Py_INCREF(raw);
-        PyTuple_SET_ITEM(t, k, raw);
-    }
-    return t;
+    return Py_NewRef(S->fallback != NULL ? S->fallback : Py_None);
 }
 
 static PyGetSetDef Steps_getset[] = {
     {"python", (getter)Steps_get_fallback, NULL, "the Python function of the same steps", NULL},
-    {"raws", (getter)Steps_get_raws, NULL, "each step's prepared raw launch, in order", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1352,8 +1257,8 @@ typedef struct {
     uint64_t mask;                 /* the element size less one: every address must clear it */
     long long lo[MAX_PIECES + 1];  /* each array's bytes from its address, lowest ... */
     long long hi[MAX_PIECES + 1];  /* ... and past the highest (given outputs only) */
-    PyObject *results;             /* without out: per result (shape, strides or None) */
-    int row_major;                 /* every result's strides None (a DeviceArray may be made) */
+    PyObject *results;             /* without out: per result (shape, strides) */
+    int row_major;                 /* the route's order None: a DeviceArray may be made */
     int nslots;
     slot_t slots[SLOTS_KEPT];
 } OpEntry;
@@ -1405,16 +1310,22 @@ static PyTypeObject OpEntryType = {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *entries;       /* key -> OpEntry */
-    PyObject *device_array;  /* runtime.DeviceArray */
-    PyObject *tensor;        /* torch.Tensor once bound, else NULL */
-    readers_t readers;       /* how its attributes are read */
-    PyObject *torch_dtypes;  /* torch dtype -> DType (arrays._torch_dtypes), once bound */
-    PyObject *current_stream; /* torch's raw current stream of a device index, once bound, or NULL */
+    union { /* the references it owns (and readers', streams'), also as refs[] */
+        struct {
+            PyObject *entries;        /* key -> OpEntry */
+            PyObject *device_array;   /* runtime.DeviceArray */
+            PyObject *tensor;         /* torch.Tensor once bound, else NULL */
+            PyObject *torch_dtypes;   /* torch dtype -> DType (arrays._torch_dtypes), once bound */
+            PyObject *current_stream; /* torch's raw current stream of a device index, once bound, or NULL */
+        };
+        PyObject *refs[5];
+    };
+    readers_t readers;        /* how its attributes are read */
     streams_t streams;
     char enabled;             /* off: every call answers False (use_compiled_launch) */
     PyObject *weakrefs;
 } OpLane;
+REFS_END(OpLane, readers);
 
 typedef struct {
     uint64_t address;
@@ -1482,7 +1393,8 @@ static int array_facts(OpLane *Q, PyObject *v, facts_t *f, int written) {
     if (!tensor_is(R, T_IS_CUDA, v, Py_True))
         return 0;
     if (!tensor_is(R, T_IS_CONTIGUOUS, v, Py_True)) {
-        if ((f->strides = tensor_read(R, T_STRIDE, v)) == NULL)
+        /* not contiguous, or the read failed: an interrupt then stays set, and no more is read */
+        if (PyErr_Occurred() || (f->strides = tensor_read(R, T_STRIDE, v)) == NULL)
             return 0;
         if (!PyTuple_CheckExact(f->strides))
             goto no;
@@ -1518,32 +1430,12 @@ no:
 /* Calls a launch function (Steps, run here with the addresses as C values, or a Python
  * function) with the wide array's and the pieces' addresses: 1 launched, -1 error. */
 static int run_launch(PyObject *launch, uint64_t wide, const uint64_t *pieces, Py_ssize_t n) {
-    if (Py_TYPE(launch) == &StepsType && ((Steps *)launch)->npieces == n && ((Steps *)launch)->steps != NULL) {
-        uint64_t bases[MAX_PIECES + 1];
-        bases[0] = wide;
-        memcpy(bases + 1, pieces, (size_t)n * sizeof(uint64_t));
+    uint64_t bases[MAX_PIECES + 1];
+    bases[0] = wide;
+    memcpy(bases + 1, pieces, (size_t)n * sizeof(uint64_t));
+    if (Py_TYPE(launch) == &StepsType && ((Steps *)launch)->npieces == n && ((Steps *)launch)->steps != NULL)
         return steps_run((Steps *)launch, bases) < 0 ? -1 : 1;
-    }
-    PyObject *values[MAX_PIECES + 1];
-    Py_ssize_t made = 0;
-    int result = -1;
-    values[made] = PyLong_FromUnsignedLongLong(wide);
-    if (values[made] == NULL)
-        goto done;
-    for (made = 1; made <= n; made++) {
-        values[made] = PyLong_FromUnsignedLongLong(pieces[made - 1]);
-        if (values[made] == NULL)
-            goto done;
-    }
-    PyObject *r = PyObject_Vectorcall(launch, values, (size_t)(n + 1), NULL);
-    if (r != NULL) {
-        Py_DECREF(r);
-        result = 1;
-    }
-done:
-    for (Py_ssize_t i = 0; i < made; i++)
-        Py_DECREF(values[i]);
-    return result;
+    return call_ints(launch, bases, NULL, n + 1) < 0 ? -1 : 1;
 }
 
 /* False, or NULL where an interrupt is pending (see drop_error). */
@@ -1557,9 +1449,8 @@ static PyObject *lane_false(void) {
  * one per ``(shape, strides)`` of ``results`` (the route's, checked by entry_of), of the
  * kind of ``like`` (read into ``facts``):
  * - a torch tensor's, where torch's current stream on its device is the op's:
- *   ``like.new_empty(shape)`` (its dtype and device, contiguous), or where strides are
- *   given (a channels_last result, say) ``like.new_empty_strided(shape, strides)``, from
- *   torch's caching allocator, which gives the block to that stream;
+ *   ``like.new_empty_strided(shape, strides)`` (its dtype and device, dense in the input's
+ *   memory order), from torch's caching allocator, which gives the block to that stream;
  * - a DeviceArray's: ``device.empty(shape, dtype, stream=handle)``, from the device's pool on
  *   the op's stream (``device``: the call's; row-major results only).
  * A new list, the addresses in ``addresses``; NULL with no error set where torch's current
@@ -1567,9 +1458,7 @@ static PyObject *lane_false(void) {
  * read; NULL with the allocator's error where an allocation fails (nothing is launched). */
 static PyObject *fresh_results(OpLane *Q, PyObject *like, const facts_t *facts, PyObject *device,
                                uintptr_t handle, PyObject *results, uint64_t *addresses) {
-    PyObject *stream = PyLong_FromUnsignedLongLong(handle), *kwnames = NULL;
-    if (stream == NULL)
-        return NULL;
+    PyObject *stream = NULL, *kwnames = NULL; /* device.empty's stream=, for DeviceArrays only */
     if (facts->key == NULL) {
         PyObject *index = PyLong_FromLongLong(facts->ordinal);
         PyObject *current = index != NULL ? PyObject_Vectorcall(Q->current_stream, &index, 1, NULL) : NULL;
@@ -1579,25 +1468,23 @@ static PyObject *fresh_results(OpLane *Q, PyObject *like, const facts_t *facts, 
         Py_XDECREF(current);
         if (!ok || (raw != handle && !(raw <= 1 && handle <= 1))) { /* stream.same_stream: 0, 1 legacy */
             drop_error();
-            Py_DECREF(stream);
             return NULL;
         }
-    } else if ((kwnames = PyTuple_Pack(1, s_stream)) == NULL) {
-        Py_DECREF(stream);
+    } else if ((stream = PyLong_FromUnsignedLongLong(handle)) == NULL ||
+               (kwnames = PyTuple_Pack(1, s_stream)) == NULL) {
+        Py_XDECREF(stream);
         return NULL;
     }
     Py_ssize_t n = PyTuple_GET_SIZE(results);
     PyObject *made = PyList_New(n);
     for (Py_ssize_t i = 0; made != NULL && i < n; i++) {
         PyObject *shape = PyTuple_GET_ITEM(PyTuple_GET_ITEM(results, i), 0), *r;
-        PyObject *strides = PyTuple_GET_ITEM(PyTuple_GET_ITEM(results, i), 1);
         if (facts->key != NULL) {
             PyObject *call[4] = {device, shape, facts->dtype, stream};
             r = PyObject_VectorcallMethod(s_empty, call, 3, kwnames);
         } else {
-            PyObject *call[3] = {like, shape, strides};
-            r = PyObject_VectorcallMethod(strides == Py_None ? s_new_empty : s_new_empty_strided, call,
-                                          strides == Py_None ? 2 : 3, NULL);
+            PyObject *call[3] = {like, shape, PyTuple_GET_ITEM(PyTuple_GET_ITEM(results, i), 1)};
+            r = PyObject_VectorcallMethod(s_new_empty_strided, call, 3, NULL);
         }
         if (r == NULL) { /* the allocator's own error (out of memory, say): the caller's to see */
             Py_CLEAR(made);
@@ -1609,7 +1496,7 @@ static PyObject *fresh_results(OpLane *Q, PyObject *like, const facts_t *facts, 
         if (!read)
             Py_CLEAR(made);
     }
-    Py_DECREF(stream);
+    Py_XDECREF(stream);
     Py_XDECREF(kwnames);
     return made;
 }
@@ -1838,18 +1725,15 @@ static PyObject *lane_call(OpLane *Q, int join, PyObject *const *args, Py_ssize_
 }
 
 /* Whether ``results`` is as fresh_results takes it: per result made, ``(shape, strides)``,
- * both tuples of one length or strides None. */
-static int results_fit(PyObject *results, Py_ssize_t nmade, int *row_major) {
-    *row_major = 1;
+ * two tuples of one length. */
+static int results_fit(PyObject *results, Py_ssize_t nmade) {
     if (!PyTuple_CheckExact(results) || PyTuple_GET_SIZE(results) != nmade)
         return 0;
     for (Py_ssize_t i = 0; i < nmade; i++) {
-        PyObject *r = PyTuple_GET_ITEM(results, i), *shape, *strides;
-        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 2 || !PyTuple_Check(shape = PyTuple_GET_ITEM(r, 0)))
-            return 0;
-        strides = PyTuple_GET_ITEM(r, 1);
-        *row_major &= strides == Py_None;
-        if (strides != Py_None && (!PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) != PyTuple_GET_SIZE(shape)))
+        PyObject *r = PyTuple_GET_ITEM(results, i);
+        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 2 || !PyTuple_Check(PyTuple_GET_ITEM(r, 0)) ||
+            !PyTuple_Check(PyTuple_GET_ITEM(r, 1)) ||
+            PyTuple_GET_SIZE(PyTuple_GET_ITEM(r, 0)) != PyTuple_GET_SIZE(PyTuple_GET_ITEM(r, 1)))
             return 0;
     }
     return 1;
@@ -1894,9 +1778,14 @@ static OpEntry *entry_of(OpLane *Q, call_t *c, PyObject *route, Py_ssize_t nmade
         Py_XDECREF(spans);
         if (!ok)
             goto error;
-    } else if ((e->results = PyObject_GetAttr(route, s_results)) == NULL ||
-               !results_fit(e->results, nmade, &e->row_major)) {
-        goto error;
+    } else {
+        PyObject *order = PyObject_GetAttr(route, s_order);
+        if (order == NULL)
+            goto error;
+        e->row_major = order == Py_None;
+        Py_DECREF(order);
+        if ((e->results = PyObject_GetAttr(route, s_results)) == NULL || !results_fit(e->results, nmade))
+            goto error;
     }
     if (PyDict_GET_SIZE(Q->entries) >= ENTRIES_KEPT)
         PyDict_Clear(Q->entries);
@@ -2004,14 +1893,10 @@ static PyObject *OpLane_bind_torch(OpLane *Q, PyObject *args) {
     PyObject *tensor, *dtypes, *current = Py_None;
     if (!PyArg_ParseTuple(args, "OO!|O", &tensor, &PyDict_Type, &dtypes, &current))
         return NULL;
-    Py_INCREF(tensor);
-    Py_XSETREF(Q->tensor, tensor);
+    Py_XSETREF(Q->tensor, Py_NewRef(tensor));
     readers_bind(&Q->readers, tensor);
-    Py_INCREF(dtypes);
-    Py_XSETREF(Q->torch_dtypes, dtypes);
-    PyObject *kept = current == Py_None ? NULL : current;
-    Py_XINCREF(kept);
-    Py_XSETREF(Q->current_stream, kept);
+    Py_XSETREF(Q->torch_dtypes, Py_NewRef(dtypes));
+    Py_XSETREF(Q->current_stream, current != Py_None ? Py_NewRef(current) : NULL);
     Py_RETURN_NONE;
 }
 
@@ -2029,31 +1914,23 @@ static PyObject *OpLane_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         Py_DECREF(Q);
         return NULL;
     }
-    Py_INCREF(device_array);
-    Q->device_array = device_array;
+    Q->device_array = Py_NewRef(device_array);
     streams_init(&Q->streams, stream_class, stream_handle, known);
     Q->enabled = enabled;
     return (PyObject *)Q;
 }
 
 static int OpLane_traverse(OpLane *Q, visitproc visit, void *arg) {
-    Py_VISIT(Q->entries);
-    Py_VISIT(Q->device_array);
-    Py_VISIT(Q->tensor);
-    Py_VISIT(Q->torch_dtypes);
-    Py_VISIT(Q->current_stream);
-    streams_traverse(&Q->streams, visit, arg);
-    return readers_traverse(&Q->readers, visit, arg);
+    VISIT_REFS(Q->refs);
+    VISIT_REFS(Q->streams.refs);
+    VISIT_REFS(Q->readers.descr);
+    return 0;
 }
 
 static int OpLane_clear(OpLane *Q) {
-    Py_CLEAR(Q->entries);
-    Py_CLEAR(Q->device_array);
-    Py_CLEAR(Q->tensor);
-    Py_CLEAR(Q->torch_dtypes);
-    Py_CLEAR(Q->current_stream);
-    streams_clear(&Q->streams);
-    readers_clear(&Q->readers);
+    CLEAR_REFS(Q->refs);
+    CLEAR_REFS(Q->streams.refs);
+    CLEAR_REFS(Q->readers.descr);
     return 0;
 }
 
@@ -2128,10 +2005,10 @@ static int intern_all(void) {
         {&s_is_contiguous, "is_contiguous"}, {&s_data_ptr, "data_ptr"}, {&s_handle, "handle"},
         {&s_stream, "stream"}, {&s_shared_mem, "shared_mem"}, {&s_shape, "shape"},
         {&s_ordinal, "ordinal"}, {&s_closed, "closed"},
-        {&s_requires_grad, "requires_grad"}, {&s_itemsize, "itemsize"}, {&s_new_empty, "new_empty"},
+        {&s_requires_grad, "requires_grad"}, {&s_itemsize, "itemsize"},
         {&s_empty, "empty"}, {&s_stride, "stride"}, {&s_new_empty_strided, "new_empty_strided"},
         {&s_first_output, "first_output"}, {&s_spans, "spans"},
-        {&s_results, "results"}, {&s_backward, "backward"},
+        {&s_results, "results"}, {&s_order, "order"}, {&s_backward, "backward"},
         {&s_forward, "forward"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -2157,21 +2034,14 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__fastlaunch(void) {
-    if (!intern_all() || PyType_Ready(&LaunchType) < 0 || PyType_Ready(&PreparedType) < 0 ||
-        PyType_Ready(&StepsType) < 0 || PyType_Ready(&OpLaneType) < 0 ||
-        PyType_Ready(&OpEntryType) < 0)
+    if (!intern_all() || PyType_Ready(&OpEntryType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    Py_INCREF(&LaunchType);
-    Py_INCREF(&PreparedType);
-    Py_INCREF(&OpLaneType);
-    Py_INCREF(&StepsType);
-    if (PyModule_AddObject(m, "Launch", (PyObject *)&LaunchType) < 0 ||
-        PyModule_AddObject(m, "OpLane", (PyObject *)&OpLaneType) < 0 ||
-        PyModule_AddObject(m, "Prepared", (PyObject *)&PreparedType) < 0 ||
-        PyModule_AddObject(m, "Steps", (PyObject *)&StepsType) < 0 ||
+    /* each type readied and added under the last part of its name */
+    if (PyModule_AddType(m, &LaunchType) < 0 || PyModule_AddType(m, &OpLaneType) < 0 ||
+        PyModule_AddType(m, &PreparedType) < 0 || PyModule_AddType(m, &StepsType) < 0 ||
         PyModule_AddIntConstant(m, "MAX_BUFFER", MAX_BUFFER) < 0 ||
         PyModule_AddIntConstant(m, "MAX_PARAMS", MAX_PARAMS) < 0 ||
         PyModule_AddIntConstant(m, "MAX_PIECES", MAX_PIECES) < 0 ||

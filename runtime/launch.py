@@ -440,7 +440,7 @@ class Launcher:
         self._is_closed = True
         self._close()
         if self._fast is not None:
-            self._fast.open = False
+            self._fast.close()
 
     def _closed(self) -> NoReturn:
         if _driver.forked:

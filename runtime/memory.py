@@ -113,8 +113,8 @@ class DeviceArray:
         self._other_streams: list[tuple[int, Any]] = []
         captured, memory = False, None
         if self.nbytes:
-            what = f"a {self.shape} {self._dtype.name} array"
-            self._ptr, captured, memory = device.memory_pool.allocate(self.nbytes, self.stream, what)
+            pool = device.memory_pool
+            self._ptr, captured, memory = pool.allocate(self.nbytes, self.stream, self._describe)
         self._finalizer = weakref.finalize(
             self, _free, device, self._ptr, self.stream, self._owner, captured, memory, self._other_streams
         )
@@ -148,6 +148,9 @@ class DeviceArray:
         if not self.shape:
             raise TypeError("len() of a 0-d DeviceArray")
         return self.shape[0]
+
+    def _describe(self) -> str:
+        return f"a {self.shape} {self._dtype.name} array"
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"ptr={self._ptr:#x}"

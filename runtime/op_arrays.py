@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ptxgen.dtypes import DTYPES, DType, dtype_from_typestr
+from ptxgen.dtypes import DTYPES, DType, dtype_from_typestr, resolve_dtype
 
 from .arrays import allocation_of, dtype_of_torch
 from .device import Device, device_of
@@ -111,13 +111,16 @@ def _cupy_array(value: Any) -> _Array | None:
     """A CuPy array read through CuPy's own attributes, as Function.launch reads one:
     its device from the array (no driver query for where its address lives), and the
     stream its ``__cuda_array_interface__`` would name (CuPy's current one; its null
-    stream is the legacy default). None for what this does not take (a dtype CAI
-    cannot spell, such as bf16, or strides that are not dense): the interface, or
-    DLPack, then reads it or says why not."""
+    stream is the legacy default). A dtype the interface cannot spell (ml_dtypes gives bf16
+    as ``'<V2'``, e4m3 as ``'<V1'`` and e5m2 as ``'<f1'``) is known by its name, ml_dtypes'
+    ``bfloat16`` say, as DLPack would name it. None for what this does not take (a dtype of no such name, or
+    strides that are not dense): the interface, or DLPack, then reads it or says why not."""
     try:
         dtype = dtype_from_typestr(value.dtype.str)
         if dtype is None:
-            return None
+            if value.dtype.kind not in ("V", "f"):
+                return None
+            dtype = resolve_dtype(value.dtype)  # raises for a type of no dtype's name
         shape = value.shape
         strides = order = None
         if not value.flags.c_contiguous and value.size:

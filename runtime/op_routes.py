@@ -51,8 +51,8 @@ class Route:
     ``strided``: the strided copy runs ``problem``; else the fused kernels run the
     row-major problem of ``rows`` rows of pieces ``extents`` elements wide, the wide
     array's row pitch ``pitch`` (0: packed). ``results``: each result made where ``out``
-    is not given, as ``(shape, strides)``, strides None where row-major, else dense in the
-    input's memory ``order`` (what the C lane allocates, as new_outputs does)."""
+    is not given, as ``(shape, strides)``, dense in the input's memory ``order`` (row-major
+    where ``order`` is None): what the C lane allocates, as new_outputs does."""
 
     __slots__ = (
         "dtype", "extents", "first_output", "op", "order", "out_shapes", "pitch", "problem",
@@ -77,7 +77,7 @@ class Route:
         self.spans, self.first_output = spans, first_output
         self.strided, self.problem = problem is not None, problem
         self.order, self.rows, self.extents, self.pitch = order, rows, extents, pitch
-        self.results = tuple((s, None if order is None else dense_strides(s, order)) for s in out_shapes)
+        self.results = tuple((s, dense_strides(s, order or range(len(s)))) for s in out_shapes)
 
 
 # --- the remembered routes -------------------------------------------------------------

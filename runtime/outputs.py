@@ -91,14 +91,16 @@ def _torch_current_stream(torch: Any, index: int) -> int:
 def _torch_outputs(
     torch: Any, like: Any, stream: int, shapes: Sequence[tuple[int, ...]], order: tuple[int, ...] | None
 ) -> list[Any]:
-    # new_empty: like's dtype and device, contiguous, outside autograd (an op's result is
-    # a new leaf); new_empty_strided, the same dense in ``order`` in one call (new_empty
-    # then permute would take two). torch hands a block to the stream current at
-    # allocation: the op's.
+    # new_empty_strided: like's dtype and device, outside autograd (an op's result is a
+    # new leaf), dense in ``order`` (row-major where None) in one call: new_empty then
+    # permute would take two, and even for a row-major result it costs torch's binding
+    # less than new_empty (4.2-4.3 against 4.9-5.1 us a call on an H200's host,
+    # lab/data/alloc-probe-04ffd101.json; the lane's allocating concat, over its out= call:
+    # 3.1-5.2 us with new_empty, 1.1-2.7 with this, lab/data/alloc-probe-strided-ab.json).
+    # torch hands a block to the stream current at allocation: the op's. The C lane makes
+    # them the same way, from Route.results.
     def make() -> list[Any]:
-        if order is None:
-            return [like.new_empty(s) for s in shapes]
-        return [like.new_empty_strided(s, dense_strides(s, order)) for s in shapes]
+        return [like.new_empty_strided(s, dense_strides(s, order or range(len(s)))) for s in shapes]
 
     if same_stream(_torch_current_stream(torch, like.get_device()), stream):
         return make()

@@ -37,7 +37,8 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from ._driver import check, driver, error_strings, raise_error
 from .errors import CudaError
@@ -46,7 +47,15 @@ from .stream import order_after
 if TYPE_CHECKING:
     from .device import Device
 
-__all__ = ["DeviceOutOfMemory", "GraphMemory", "MemoryPool", "Waits", "relaxed_capture_mode"]
+__all__ = [
+    "DeviceOutOfMemory",
+    "GraphMemory",
+    "MemoryPool",
+    "Waits",
+    "relax",
+    "relaxed_capture_mode",
+    "restore",
+]
 
 _KEEP_EVERYTHING = (1 << 64) - 1  # CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: never hand memory back unasked
 
@@ -107,6 +116,9 @@ class MemoryPool:
         self._lock = threading.RLock()  # a finalizer run by the GC may free while the pool is busy
         self._deferred: list[tuple[int, Waits]] = []  # the frees a capture held back
         self._captures: dict[int, GraphMemory] = {}  # stream -> the runtime.Graph capturing it
+        # the driver's enum values, read once: every allocation and free compares with them
+        self._not_capturing = drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+        self._out_of_memory = drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY
         device.context.activate()
         supported = check(
             "cuDeviceGetAttribute",
@@ -146,11 +158,14 @@ class MemoryPool:
 
     # --- allocation -----------------------------------------------------------------------
 
-    def allocate(self, nbytes: int, stream: int, what: str = "") -> tuple[int, bool, GraphMemory | None]:
+    def allocate(
+        self, nbytes: int, stream: int, what: str | Callable[[], str] = ""
+    ) -> tuple[int, bool, GraphMemory | None]:
         """``(address, captured, memory)``: ``nbytes`` bytes (> 0) ordered on ``stream`` (a
         handle); whether the stream is being captured (the memory is then an allocation
         node of its graph); and, for a runtime.Graph's capture, that graph's memory, which
-        the array must hold. ``what`` names the array in the out-of-memory error."""
+        the array must hold. ``what`` names the array in the out-of-memory error (or makes
+        that name when called: an array's description is formatted only then)."""
         drv = driver()
         self.device.context.activate()
         if self._deferred:
@@ -162,42 +177,50 @@ class MemoryPool:
             err, status = drv.cuStreamIsCapturing(stream)
             if err:
                 raise_error("cuStreamIsCapturing", err)
-            captured = status != drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+            captured = status != self._not_capturing
         err, address = self._try(drv, nbytes, stream, captured)
-        if err == drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY and not captured:
+        if err == self._out_of_memory and not captured:
             # Frees queued on the stream hold memory the pool has back once they run:
             # wait for them (only here, where the alternative is to fail), then retry. The
             # stream alone: a context-wide wait would break any capture under way.
             with relaxed_capture_mode(drv):
                 check("cuStreamSynchronize", drv.cuStreamSynchronize(stream))
             err, address = self._try(drv, nbytes, stream, captured)
-        if err == drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
-            free, total = check("cuMemGetInfo", drv.cuMemGetInfo())
-            name, _ = error_strings(drv, err)
-            raise DeviceOutOfMemory(
-                "cuMemAllocFromPoolAsync" if self.stream_ordered else "cuMemAlloc",
-                int(err),
-                name,
-                f"out of device memory: cannot allocate {nbytes:,} bytes ({_gib(nbytes)})"
-                + (f" for {what}" if what else "")
-                + f" on {self.device.name} (device {self.device.ordinal}): {_gib(int(free))} of "
-                f"{_gib(int(total))} free; drop arrays you no longer need, or pass out=",
-            )
         if err:
-            check("cuMemAllocFromPoolAsync" if self.stream_ordered else "cuMemAlloc", (err, None))
+            self._refuse(drv, err, nbytes, what() if callable(what) else what)
         if captured:
             memory = self._captures.get(stream)  # None: another library's capture
             if memory is not None:
                 memory.addresses.append(int(address))
         return int(address), captured, memory
 
+    def _refuse(self, drv: Any, err: Any, nbytes: int, what: str) -> NoReturn:
+        """Raise for a failed allocation: out of memory with the size and what is free."""
+        call = "cuMemAllocFromPoolAsync" if self.stream_ordered else "cuMemAlloc"
+        if err != self._out_of_memory:
+            raise_error(call, err)
+        free, total = check("cuMemGetInfo", drv.cuMemGetInfo())
+        name, _ = error_strings(drv, err)
+        raise DeviceOutOfMemory(
+            call,
+            int(err),
+            name,
+            f"out of device memory: cannot allocate {nbytes:,} bytes ({_gib(nbytes)})"
+            + (f" for {what}" if what else "")
+            + f" on {self.device.name} (device {self.device.ordinal}): {_gib(int(free))} of "
+            f"{_gib(int(total))} free; drop arrays you no longer need, or pass out=",
+        )
+
     def _try(self, drv: Any, nbytes: int, stream: int, captured: bool) -> tuple[Any, Any]:
         if not self.stream_ordered:
             return drv.cuMemAlloc(nbytes)
         if captured:  # an allocation node of the capture
             return drv.cuMemAllocFromPoolAsync(nbytes, self._pool, stream)
-        with relaxed_capture_mode(drv):
+        old = relax(drv)
+        try:
             return drv.cuMemAllocFromPoolAsync(nbytes, self._pool, stream)
+        finally:
+            restore(drv, old)
 
     # --- frees ------------------------------------------------------------------------------
 
@@ -225,16 +248,20 @@ class MemoryPool:
 
     def _free_or_hold(self, drv: Any, address: int, waits: Waits) -> None:
         stream, streams, events = waits.resolve()
-        if any(_capturing(drv, s) for s in (stream, *streams)):  # it would join or break a capture
-            with self._lock:
-                self._deferred.append((address, waits))
-            return
-        with relaxed_capture_mode(drv):
+        for s in (stream, *streams):
+            if _capturing(drv, s, self._not_capturing):  # it would join or break a capture
+                with self._lock:
+                    self._deferred.append((address, waits))
+                return
+        old = relax(drv)
+        try:
             for other in streams:
                 order_after(self.device, stream, other)
             for event in events:
                 check("cuStreamWaitEvent", drv.cuStreamWaitEvent(stream, event, 0))
             check("cuMemFreeAsync", drv.cuMemFreeAsync(address, stream))
+        finally:
+            restore(drv, old)
 
     def release_deferred(self) -> None:
         """Make the frees a capture held back, where none stands in their way now. Never
@@ -315,12 +342,27 @@ class MemoryPool:
         return f"<runtime.MemoryPool of device {self.device.ordinal} ({kind})>"
 
 
+def relax(drv: Any) -> Any:
+    """Put the calling thread in relaxed capture mode; the mode it was in is returned, for
+    :func:`restore`. While another stream captures in global mode (torch's default), any
+    stream-ordered allocation or free on a stream outside that capture is refused as
+    unsafe and invalidates the capture; in relaxed mode the thread may make them (they
+    touch no capturing stream). A pair of calls, not a context manager, on the paths
+    every allocation and free takes: ``old = relax(drv)``, ``try: ... finally:
+    restore(drv, old)``."""
+    return check(
+        "cuThreadExchangeStreamCaptureMode",
+        drv.cuThreadExchangeStreamCaptureMode(drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED),
+    )
+
+
+def restore(drv: Any, old: Any) -> None:
+    """Put the calling thread back in the capture mode :func:`relax` returned."""
+    drv.cuThreadExchangeStreamCaptureMode(old)
+
+
 class relaxed_capture_mode:  # lower case: used as a function, ``with relaxed_capture_mode(drv):``
-    """The calling thread in relaxed capture mode for the calls inside. While another
-    stream captures in global mode (torch's default), any stream-ordered allocation or
-    free on a stream outside that capture is refused as unsafe and invalidates the
-    capture; in relaxed mode the thread may make them (they touch no capturing stream).
-    (A class, not a generator: every allocation and free enters it.)"""
+    """:func:`relax` and :func:`restore` around a block, for the paths taken seldom."""
 
     __slots__ = ("_drv", "_old")
 
@@ -328,17 +370,15 @@ class relaxed_capture_mode:  # lower case: used as a function, ``with relaxed_ca
         self._drv = drv
 
     def __enter__(self) -> None:
-        drv = self._drv
-        mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
-        self._old = check("cuThreadExchangeStreamCaptureMode", drv.cuThreadExchangeStreamCaptureMode(mode))
+        self._old = relax(self._drv)
 
     def __exit__(self, *exc: object) -> None:
-        self._drv.cuThreadExchangeStreamCaptureMode(self._old)
+        restore(self._drv, self._old)
 
 
-def _capturing(drv: Any, stream: int) -> bool:
+def _capturing(drv: Any, stream: int, not_capturing: Any) -> bool:
     """Whether a stream-ordered call on ``stream`` must wait: the stream is being
     captured, or it is the legacy default stream while another stream captures in
     global mode (the driver then answers with an error rather than a status)."""
     err, status = drv.cuStreamIsCapturing(stream)
-    return bool(err) or status != drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+    return bool(err) or status != not_capturing

@@ -210,6 +210,10 @@ def test_prepared_and_raw_launches_are_compiled_and_keep_their_contracts():
             call()
     with pytest.raises(ValueError, match="module is closed"):
         fn.launch(K.grid(8, 16), K.block, seed_args(fn))
+    # closed for good: the C launch cannot be opened again (its module may be unloaded)
+    assert fn.launcher.launch.open is False
+    with pytest.raises(AttributeError):
+        fn.launcher.launch.open = True
 
 
 def test_a_failed_c_launch_is_taken_over_by_the_python_path():
@@ -535,6 +539,7 @@ def test_steps_are_made_only_of_compiled_raw_launches():
     bad = [
         ((raw, ok[:4]),), ((raw, ((2, 0), *ok[1:])),), ((raw, ((0, -1), *ok[1:])),), ((raw, (2**64, *ok[1:])),),
         ((fn.prepare(K.grid(8, 16), K.block), ok),),  # a checked prepared launch: no raw
+        ([raw, ok],),  # a step that is no tuple (PyArg_Parse would lend out what a list may drop)
     ]  # fmt: skip
     for made in bad:
         with pytest.raises((TypeError, ValueError)):
@@ -562,7 +567,7 @@ def test_the_ops_steps_leak_no_reference(c_result):
     fn, binding = compiled(K)
     binding.c_result = c_result
     steps = op_plans._launch_function(_plan_of_two_steps(fn), 77)
-    raws = steps.raws
+    raws = [raw for raw, _, _ in steps.python._steps]  # the prepared raw launches Steps holds
     assert len(raws) == 2 and all(r.__class__.__name__ == "Prepared" for r in raws)
     w, a, b, top = 0x10000, 0x90000, 0xA0000, 2**64 - 32
     watched = (steps, steps.python, w, a, b, top, *raws)

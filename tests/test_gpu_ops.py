@@ -10,7 +10,7 @@ from gpu_util import GUARD, first_mismatch, poison_value, random_bits
 
 import ptxgen
 import runtime
-from runtime import ops, plan
+from runtime import op_arrays, ops, plan
 from runtime.interop import KDL_CUDA, to_dlpack_capsule
 
 pytestmark = pytest.mark.gpu
@@ -371,6 +371,30 @@ def test_cupy_arrays_in_and_out(dev):
     assert all(r is o for r, o in zip(result, out))
     cupy.cuda.Device().synchronize()
     assert all(cupy.array_equal(a, b) for a, b in zip(out, x))
+
+
+def test_cupy_bf16_arrays_are_read_by_their_dtype_name(dev):
+    """A CuPy bf16 array (ml_dtypes' bfloat16: '<V2' to the interface) is read from its own
+    attributes, not through DLPack: the op runs on it, with and without out=, and gives
+    CuPy bf16 arrays back."""
+    cupy = pytest.importorskip("cupy")
+    torch = pytest.importorskip("torch")
+    wide = torch.randint(-(2**15), 2**15, (37, 29), dtype=torch.int16, device="cuda").view(torch.bfloat16)
+    try:
+        dy = cupy.from_dlpack(wide)
+    except (TypeError, NotImplementedError) as err:
+        pytest.skip(f"CuPy {cupy.__version__} takes no bf16 through DLPack ({err})")
+    assert op_arrays._cupy_array(dy) is not None, "read through the interface"
+    sizes = (3, 17, 9)
+    parts = runtime.channel_cat_backward(dy, sizes, 1)
+    assert all(isinstance(p, cupy.ndarray) and p.dtype == dy.dtype for p in parts)
+    want = [p.contiguous() for p in wide.split(sizes, 1)]
+    got = [torch.from_dlpack(p) for p in parts]
+    assert all(torch.equal(g.view(torch.int16), w.view(torch.int16)) for g, w in zip(got, want))
+    out = cupy.empty_like(dy)
+    assert runtime.channel_cat_forward(parts, 1, out=out) is out
+    cupy.cuda.Device().synchronize()
+    assert torch.equal(torch.from_dlpack(out).view(torch.int16), wide.view(torch.int16))
 
 
 # Gathers the per-piece variant sends to rowpack (short rows, whole rows read), vec

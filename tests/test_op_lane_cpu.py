@@ -57,7 +57,8 @@ class _Route:
     dtype = F32
     first_output = 1
     spans = ((0, 160), (0, 48), (0, 112))
-    results = (((4, 3), None), ((4, 7), None))
+    results = (((4, 3), (3, 1)), ((4, 7), (7, 1)))
+    order = None
 
 
 class _Stream:
@@ -157,15 +158,18 @@ def test_a_route_that_does_not_fit_is_not_remembered_and_raises_nothing():
     dy = _Array(device, (4, 10), 0x10000)
 
     class Strides(_Route):  # strides of another rank than the shape
-        results = (((4, 3), (1,)), ((4, 7), None))
+        results = (((4, 3), (1,)), ((4, 7), (7, 1)))
+
+    class NoStrides(_Route):
+        results = (((4, 3), None), ((4, 7), (7, 1)))
 
     class Count(_Route):  # one result fewer than the call makes
-        results = (((4, 3), None),)
+        results = (((4, 3), (3, 1)),)
 
     class Itemsize(_Route):  # no element size to align to
         dtype = None
 
-    for route in (Strides, Count, Itemsize):
+    for route in (Strides, NoStrides, Count, Itemsize):
         assert lane.remember_split(dy, [3, 7], 1, None, None, route, device, _seen(dy, []), [0x90000, 0xA0000],
                                    print) is False  # fmt: skip
     assert lane.remembered == 0
@@ -195,8 +199,39 @@ def test_results_in_another_memory_order_are_not_made_as_device_arrays():
 
     class ChannelsLast(_Route):
         results = (((4, 3), (1, 4)), ((4, 7), (1, 4)))
+        order = (1, 0)
 
     dy = _Array(device, (4, 10), 0x10000)
     assert lane.remember_split(dy, [3, 7], 1, None, None, ChannelsLast, device, _seen(dy, []), [0x90000, 0xA0000],
                                print) is True  # fmt: skip
     assert lane.split(dy, [3, 7], 1, None, None) is False and device.made == []
+
+
+def test_an_interrupt_while_a_tensor_is_read_reaches_the_caller():
+    """A KeyboardInterrupt raised by a tensor's attribute (here ``is_contiguous``) is the
+    caller's: the lane reads nothing more of that call and answers with the interrupt,
+    never False with the interrupt lost."""
+
+    class Tensor:
+        is_cuda, shape, dtype, requires_grad = True, (4, 10), "f32", False
+
+        def is_contiguous(self):
+            raise KeyboardInterrupt
+
+        def stride(self):
+            return (10, 1)
+
+        def data_ptr(self):
+            return 0x10000
+
+        def get_device(self):
+            return 0
+
+    lane = _lane()
+    lane.bind_torch(Tensor, {"f32": F32})
+    for call in (
+        lambda: lane.split(Tensor(), [3, 7], 1, None, None),
+        lambda: lane.remember_split(Tensor(), [3, 7], 1, None, None, _Route, _Device(), [], [], print),
+    ):
+        with pytest.raises(KeyboardInterrupt):
+            call()

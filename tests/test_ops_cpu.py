@@ -1117,10 +1117,11 @@ class _StandInCupy:
         self.cuda = SimpleNamespace(get_current_stream=lambda: stream)
 
         class ndarray:  # CuPy's name
-            def __init__(self, shape, typestr, ptr, device=0, strides=None):
+            def __init__(self, shape, typestr, ptr, device=0, strides=None, name=None):
                 itemsize = int(typestr[2:])
                 self.shape, self.size = tuple(shape), math.prod(shape)
-                self.dtype = SimpleNamespace(str=typestr)
+                name = name or f"{typestr[1]}{8 * itemsize}"  # numpy's: float32, void16, ...
+                self.dtype = SimpleNamespace(str=typestr, kind=typestr[1], name=name, itemsize=itemsize)
                 self.nbytes = self.size * itemsize
                 dense = tuple(math.prod(shape[i + 1 :]) * itemsize for i in range(len(shape)))
                 self.strides = strides or dense
@@ -1153,12 +1154,25 @@ def test_a_cupy_array_is_read_from_its_attributes_with_its_device_and_stream(mon
     assert c.order == (0, 2, 3, 1) and c.strides == (60, 1, 15, 3)
 
 
+def test_a_cupy_bf16_or_fp8_array_is_known_by_its_dtype_name(monkeypatch):
+    """CAI cannot spell bf16 and fp8 (ml_dtypes gives '<V2', '<V1' and '<f1'); ml_dtypes
+    names them, and the reader takes them by that name rather than through DLPack."""
+    cupy = _StandInCupy()
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    bf16 = op_arrays._recognise("op", "dy", cupy.ndarray((4, 4), "<V2", 1 << 40, name="bfloat16"), 0)
+    assert (bf16.dtype.name, bf16.nbytes) == ("bf16", 32)
+    e4m3 = op_arrays._recognise("op", "dy", cupy.ndarray((4, 4), "<V1", 1 << 40, name="float8_e4m3fn"), 0)
+    assert (e4m3.dtype.name, e4m3.nbytes) == ("e4m3", 16)
+    e5m2 = op_arrays._recognise("op", "dy", cupy.ndarray((4, 4), "<f1", 1 << 40, name="float8_e5m2"), 0)
+    assert (e5m2.dtype.name, e5m2.nbytes) == ("e5m2", 16)
+
+
 def test_a_cupy_array_the_reader_does_not_take_goes_to_the_interface(monkeypatch):
     cupy = _StandInCupy()
     monkeypatch.setitem(sys.modules, "cupy", cupy)
-    bf16 = cupy.ndarray((4, 4), "<V2", 1 << 40)  # a dtype CAI cannot spell
+    void = cupy.ndarray((4, 4), "<V2", 1 << 40)  # a void type of no dtype's name
     with pytest.raises(TypeError, match="not the interface"):  # the interface was asked
-        op_arrays._recognise("op", "dy", bf16, 0)
+        op_arrays._recognise("op", "dy", void, 0)
     gappy = cupy.ndarray((4, 4), "<f4", 1 << 40, strides=(32, 4))  # pitched rows
     with pytest.raises(TypeError, match="not the interface"):  # the interface was asked
         op_arrays._recognise("op", "dy", gappy, 0)

@@ -17,18 +17,21 @@ import runtime
 from runtime import launch, op_arrays, ops, plan
 from runtime.arrays import torch_dtype_table
 from runtime.memory import DeviceArray
+from runtime.strides import dense_strides
 
 np = pytest.importorskip("numpy")
 
 
 class _Tensor(_FakeTensor):
-    """A tensor whose ``new_empty`` makes another over the emulated device's memory (or
-    fails, where the test says the device is out of memory)."""
+    """A tensor whose ``new_empty_strided`` makes another over the emulated device's memory
+    (or fails, where the test says the device is out of memory); row-major only, as every
+    result here is."""
 
     failing = False
     device = None  # torch.device, as runtime.outputs reads it to allocate on another stream
 
-    def new_empty(self, shape):
+    def new_empty_strided(self, shape, strides):
+        assert tuple(strides) == dense_strides(shape, range(len(shape))), (shape, strides)
         if _Tensor.failing:
             raise MemoryError(f"out of memory: {shape}")
         made = _Tensor.__new__(_Tensor)

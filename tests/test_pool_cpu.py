@@ -344,8 +344,8 @@ class FakeTensor:
     def get_device(self):
         return self.index
 
-    def new_empty(self, shape):
-        self.stream_log.append(("new_empty", shape, FakeTorch.current))
+    def new_empty_strided(self, shape, strides):
+        self.stream_log.append(("new_empty_strided", shape, strides, FakeTorch.current))
         return FakeTensor(shape, self.dtype, self.index, self.stream_log)
 
     def data_ptr(self):
@@ -391,15 +391,20 @@ def test_torch_in_torch_out_on_the_ops_stream(monkeypatch):
     assert outputs.array_kind(like) == "torch"
     made, addresses = outputs.new_outputs(like, None, 0, [(4, 2), (4, 4)], ptxgen.resolve_dtype("f32"))
     assert [m.shape for m in made] == [(4, 2), (4, 4)] and addresses == [0x1000, 0x1000]
-    assert log == [("new_empty", (4, 2), 0), ("new_empty", (4, 4), 0)]  # torch's current stream is the op's
+    assert log == [
+        ("new_empty_strided", (4, 2), (2, 1), 0),
+        ("new_empty_strided", (4, 4), (4, 1), 0),
+    ]  # torch's current stream is the op's
     log.clear()
     outputs.new_outputs(like, None, 0x77, [(4, 2)], ptxgen.resolve_dtype("f32"))
-    assert log == [("new_empty", (4, 2), 0x77)]  # another stream: allocated as current there
+    assert log == [("new_empty_strided", (4, 2), (2, 1), 0x77)]  # another stream: allocated as current there
     assert FakeTorch.current == 0
     log.clear()
     FakeTorch.current = 0x99  # a side stream is torch's current one; the op runs on the default
     outputs.new_outputs(like, None, 0, [(4, 2)], ptxgen.resolve_dtype("f32"))
-    assert log == [("new_empty", (4, 2), 0)] and FakeTorch.current == 0x99  # torch's default stream
+    assert (
+        log == [("new_empty_strided", (4, 2), (2, 1), 0)] and FakeTorch.current == 0x99
+    )  # torch's default stream
     FakeTorch.current = 0
 
 

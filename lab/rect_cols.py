@@ -18,7 +18,7 @@ used under 80% of its columns ran at a median 0.906 of the flat copy (7 cells, l
   columns in the power of two from 32 up that leaves the fewest idle (333 vectors in
   eleven tiles of 32 use 95%); others as ``old``;
 - ``exact``: ``narrow``, and windows of at most 32 vectors in tiles exactly as wide
-  (``lab/pending/rect-narrow-cols.patch``'s rule; only a tree with that patch has rect
+  (``lab/patches/rect-narrow-cols.patch``'s rule; only a tree with that patch has rect
   kernels of a width that is no power of two).
 
 ``--list`` plans every sweep shape of the seeds given (no GPU) under ``old`` and under

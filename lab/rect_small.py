@@ -9,7 +9,8 @@ reach 87-92% of the driver's copy where their 16-byte-granule siblings (512 x (6
 reach 96-99%. This runs ``scripts/bench.py`` on those shapes, the fused method only
 (with the ceilings it always times), once with the planner's launch and once per
 ``--block``/``--unroll`` given for the narrow granules (``fastcat._rect_shape``
-replaced for this process: 16-byte granules keep the planner's shape). ``--summarize``
+replaced for this process: 16-byte granules keep the planner's shape, or the granules of
+``--widths``; ``--cases`` takes other cases, e.g. the gathers). ``--summarize``
 reads the runs' ``results.json`` files and puts each variant's time beside the driver's
 copy of the same run. A study: it writes no record.
 """
@@ -36,14 +37,15 @@ def run(args: argparse.Namespace) -> int:
         planned = fastcat._rect_shape
 
         def shape(width: int, vectors: int, chunks: int) -> tuple[int, int, int]:
-            if width == 16:
+            if width not in args.widths:
                 return planned(width, vectors, chunks)
             return args.block, args.unroll, rect_cols(vectors, args.block, args.unroll)
 
         fastcat._rect_shape = shape
     import bench
 
-    argv = ["--only", CASES, "--methods", "ours: fused", "--reps", str(args.reps)]
+    methods = "ours: (fused|vector)" + ("|triton: 2-D" if args.peer else "")
+    argv = ["--only", args.cases, "--methods", methods, "--reps", str(args.reps)]
     return bench.main([*argv, "--out-dir", str(args.out_dir)])
 
 
@@ -60,8 +62,9 @@ def summarize(
         for r in doc["results"]:
             by.setdefault(f"{r['op']} {r['shape']} {r['dtype']}", {})[r["method"]] = r["us"]
         for case, methods in by.items():
-            if methods.get("ours: fused") and methods.get(ceiling):
-                ratio = methods[ceiling] / methods["ours: fused"]  # the same bytes: times invert
+            ours = methods.get("ours: fused") or methods.get("ours: vector")  # a gather's fused method
+            if ours and methods.get(ceiling):
+                ratio = methods[ceiling] / ours  # the same bytes: times invert
                 rows.setdefault(case, {}).setdefault(variant, []).append(round(ratio, 4))
     for case, variants in rows.items():
         print(case, {v: round(statistics.median(r), 3) for v, r in sorted(variants.items())})
@@ -76,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--block", type=int, default=0)
     p.add_argument("--unroll", type=int, default=0)
     p.add_argument("--reps", type=int, default=40)
+    p.add_argument("--cases", default=CASES, help="bench.py --only pattern (default: the small shapes)")
+    widths = lambda text: {int(w) for w in text.split(",")}  # noqa: E731
+    p.add_argument("--widths", type=widths, default={1, 2, 4, 8}, help="granules reshaped (comma-separated)")
+    p.add_argument("--peer", action="store_true", help="time the tuned Triton peer too")
     p.add_argument("--summarize", nargs="+", type=Path)
     p.add_argument("-o", "--output", type=Path)
     args = p.parse_args(argv)

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import pytest
 import rect_cols
-from ptxsim import Memory
-from test_fastcat_plans import _run
+import test_fastcat_plans
 
 import ptxgen
 from ptxgen.kernels import fastcat
-from runtime.plan import WIDE, DeviceTraits, Problem, make_plan
+from runtime.plan import DeviceTraits, Problem, make_plan
 
 # (op, dtype, extents, the narrowed tile width): rows just past a power of two of vectors
 CASES = [
@@ -39,30 +37,10 @@ def test_narrowed_rect_moves_every_byte_and_nothing_else(case, monkeypatch):
     op, dtype, extents, cols = case
     monkeypatch.setattr(fastcat, "_rect_shape", fastcat._rect_shape)  # restored after the test
     rect_cols._use("narrow")
-    d = ptxgen.resolve_dtype(dtype)
     rows = 5
-    plan = make_plan(Problem(op, d, rows, extents), DeviceTraits(arch="sm_90"))
+    plan = make_plan(Problem(op, ptxgen.resolve_dtype(dtype), rows, extents), DeviceTraits(arch="sm_90"))
     (step,) = plan.steps
     assert re.search(rf"rect_\w+__c{cols}__", step.kernel.id), step.kernel.id
-    rng = np.random.default_rng(11)
-    mem = Memory()
-    pitch = sum(extents) * d.itemsize
-    wide = mem.alloc(rows * pitch)
-    pieces = [mem.alloc(rows * e * d.itemsize) for e in extents]
-    wide_bytes = rng.integers(0, 256, rows * pitch, dtype=np.uint8)
-    piece_bytes = [rng.integers(0, 256, rows * e * d.itemsize, dtype=np.uint8) for e in extents]
-    if op == "backward":
-        mem.write(wide, wide_bytes.tobytes())
-    else:
-        for ptr, data in zip(pieces, piece_bytes):
-            mem.write(ptr, data.tobytes())
-    _run(plan.problem, plan.steps, {WIDE: wide, **dict(enumerate(pieces))}, mem)  # two CTAs a dimension
-    offsets = np.cumsum((0, *extents)) * d.itemsize
-    if op == "backward":
-        as_rows = wide_bytes.reshape(rows, pitch)
-        for i, ptr in enumerate(pieces):
-            got = np.frombuffer(mem.read(ptr, rows * extents[i] * d.itemsize), np.uint8)
-            assert np.array_equal(got.reshape(rows, -1), as_rows[:, offsets[i] : offsets[i + 1]]), i
-    else:
-        got = np.frombuffer(mem.read(wide, rows * pitch), np.uint8).reshape(rows, pitch)
-        assert np.array_equal(got, np.concatenate([b.reshape(rows, -1) for b in piece_bytes], axis=1))
+    # the product suite's own run of a plan in the interpreter (every byte, exact arrays)
+    aligned = (op, dtype, rows, extents, 0, (0,) * len(extents))
+    test_fastcat_plans.test_fast_plans_move_every_byte_and_nothing_else(aligned)

@@ -353,6 +353,9 @@ def write_readme(path: Path, doc: dict[str, Any], source: Path) -> None:
 
 def plot(path: Path, doc: dict[str, Any]) -> str | None:
     """One panel per (op, shape): each method's GB/s per dtype, the case's ceiling as a line."""
+    results = [r for r in doc["results"] if not r.get("sweep")]  # the sweep has its table
+    if not results:
+        return "no plot: every shape of this run is a sweep shape (the README's sweep table has them)"
     try:
         import matplotlib
 
@@ -360,7 +363,6 @@ def plot(path: Path, doc: dict[str, Any]) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError as err:
         return f"no plot: matplotlib is not importable ({err})"
-    results = [r for r in doc["results"] if not r.get("sweep")]  # the sweep has its table
     panels = list(dict.fromkeys((r["op"], r["pretty_shape"]) for r in results))
     methods = method_order(results)
     colors = {m: plt.get_cmap("tab20")(i % 20) for i, m in enumerate(methods)}

@@ -203,6 +203,16 @@ def test_the_plot_is_drawn(tmp_path):
     assert (tmp_path / "b.png").stat().st_size > 1000
 
 
+def test_a_run_of_sweep_shapes_alone_has_no_plot_and_says_why(tmp_path):
+    import bench_report
+
+    doc = fake_doc()
+    doc["results"] = [{**r, "sweep": True, "seed": 1} for r in doc["results"]]
+    problem = bench_report.plot(tmp_path / "b.png", doc)
+    assert problem is not None and "sweep" in problem
+    assert not (tmp_path / "b.png").exists()
+
+
 def test_the_benchmark_without_a_gpu_says_so():
     import subprocess
 

@@ -102,6 +102,28 @@ def test_small_ops_copy_directly_and_larger_ones_through_tiles(op):
     ]
 
 
+@pytest.mark.parametrize(
+    "op, rows, sizes, dtype_size, family",
+    [
+        ("concat", 99_591, [288, 48, 196], 2, "tile"),  # 133 8-byte accesses in 256 columns: 52% used
+        ("concat", 208_481, [268, 32], 2, "tile"),  # 75 accesses in 128 columns: 59%
+        ("split", 36_888, [286, 270, 110], 8, "tile"),  # a 16-byte granule, 333 in 512: 65%
+        ("concat", 27_350, [237, 119, 48], 8, "rect"),  # 79%: rect
+        ("concat", 259_465, [40, 44], 4, "rect"),  # 21 accesses a row in 32 columns: short, rect
+        ("split", 102_400, [64, 64, 64], 2, "rect"),  # YOLO's pieces: 24 in 32 columns, rect
+        ("concat", 25_600, [128, 128, 128], 4, "rect"),  # 96 in 128 columns: 75%, rect
+    ],
+)
+def test_whole_rows_whose_rect_columns_mostly_idle_go_to_the_tile(op, rows, sizes, dtype_size, family):
+    """Rows of more than 64 accesses whose rect tiles would use under 70% of their
+    columns take the tile (lab/data/rect-vs-tile-3.json); short rows and YOLO's pieces keep
+    rect."""
+    from ptxgen.kernels import fastcat as fc
+
+    launches = fc.choose(op, rows, sizes, dtype_size, traits=DeviceTraits())
+    assert [launch.family for launch in launches] == [family]
+
+
 def test_one_piece_goes_to_the_vector_variant():
     f32 = ptxgen.resolve_dtype("f32")
     chunk = Problem("backward", f32, 1000, (64, 128, 64)).chunk(1)

@@ -370,8 +370,15 @@ def _choose(
             # lab/data/rect-vs-tile-client.json, YOLO's pieces at batch 1-64, 2-315 MB,
             # every one faster as rect: median 0.964 -> 0.980 of the flat copy, lowest
             # 0.844 -> 0.942) splits stay rect.
+            # Rect's idle columns, measured again against today's tile (lab/data/
+            # rect-vs-tile-3.json: the 34 sweep cells of seeds 20261213, 14 and 16 planned
+            # as rect): of rows over 64 accesses whose tiles use under 70% of their columns,
+            # the tile was ahead on all 12 (+0.2 to +11 points; bf16 99,591 x (288+48+196)
+            # 0.883 -> 0.982), on none of the 14 above 85%, and on four of the six between
+            # (+0.2 to +3.1). YOLO's pieces (75% or 100%) and rows of at most 64 accesses
+            # (f32 259,465 x (40+44), 21 accesses: rect 1.037 against 0.992) stay rect.
             vectors = window // granule
-            idle = vectors > 256 and _rect_columns_used(granule, vectors, len(group)) < 0.6
+            idle = vectors > 64 and _rect_columns_used(granule, vectors, len(group)) < 0.7
             # Concats at an 8-byte granule in rows over 4 KB (rect's column tiles of 1,024
             # vectors) go to the row gather: in one run (lab/data/rect-vs-tile-2.json, three
             # sweep seeds) it beat rect on 12 of 13 such f64 concats (rect 0.72-0.96, the

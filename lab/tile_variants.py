@@ -53,6 +53,9 @@ VARIANTS: list[tuple[str, Any, int | None]] = [
     ("persist8_u2", {"unroll": 2}, 8),
 ]
 VARIANTS += [("no_w16", {"wide_chunks": False}, None), ("u8", {"unroll": 8}, None)]
+# 32 KB tiles at the same registers a thread: twice the threads a CTA, half the CTAs an SM
+# (the chunk table, the edge pass and the barriers paid once per 32 KB instead of 16).
+VARIANTS += [("b512", {"block": 512}, None), ("b1024_u2", {"block": 1024, "unroll": 2}, None)]
 BACKWARD_ONLY = [("bulk_persist4", {"loader": "bulk"}, 4), ("bulk_persist2_u4", {"loader": "bulk"}, 2)]
 # The byte walk the word windows replaced (byte granules, wide chunks): the shipped
 # kernel with its word windows turned off (``byte_walk_tile``).

@@ -326,10 +326,7 @@ class FastcatTile(TileRows, TileRowGather, KernelBase):
         self.params = {n: fn.param(n, t.ptx_type) for n, t in zip(self.arg_names, self.arg_types)}
         fn.directive(".maxntid", B, 1, 1)
         # Several resident CTAs keep loads in flight while others re-index (tile_options).
-        windows = sum(self.wide) if self.word_windows else 0
-        resident = _resident_ctas(
-            self.direction, self.loader, self.unroll, B, self.target, windows, self.row_gather
-        )
+        resident = _resident_ctas(self.direction, self.loader, self.unroll, B, self.target, self.row_gather)
         fn.directive(".minnctapersm", resident)
         if self.dependent_launch:
             emit_dependent_launch(fn)
@@ -352,9 +349,9 @@ class FastcatTile(TileRows, TileRowGather, KernelBase):
             return "__w16"
         return "__w" + "".join("1" if w else "0" for w in self.wide) if any(self.wide) else ""
 
-    def _param(self, reg: str, name: str, why: str = "") -> None:
+    def _param(self, reg: str, name: str, why: str = "", guard: str | None = None) -> None:
         p = self.params[name]
-        self.e(f"ld.param.{p.type}", reg, Addr(p), why=why)
+        self.e(f"ld.param.{p.type}", reg, Addr(p), why=why, guard=guard)
 
     # ---- prologue -----------------------------------------------------------------------
     def _prologue(self) -> None:
@@ -378,12 +375,10 @@ class FastcatTile(TileRows, TileRowGather, KernelBase):
         e("mov.u32", "grid", SPECIAL_REGS["nctaid.x"])
         if self.smem is not None:
             e("mov.u32", "smem", self.smem, why="shared address of stage 0")
-        e.reg("u32", "ctab", "warp")
-        e.reg("pred", "lane0")
+        e.reg("u32", "ctab", "warp", "lane")
         e("mov.u32", "ctab", self.table_arr, why="the chunk table: where each chunk's bytes of the tile are")
         e("shr.u32", "warp", "thread", 5)
-        e("and.b32", "tmp32", "thread", 31)
-        e("setp.eq.u32", "lane0", "tmp32", 0)
+        e("and.b32", "lane", "thread", 31)
         e("and.b64", "head", "row_ptr", 15, why="bytes from the 16-byte boundary to the array")
         e("sub.u64", "tiles_abs", "row_ptr", "head", why="tile 0 starts here (absolute, 16-aligned)")
         e("add.u64", "tmp64", "row_bytes", "head")

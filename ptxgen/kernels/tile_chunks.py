@@ -25,11 +25,12 @@ class TileChunks:
     Uses only what ``FastcatTile`` sets: the attributes ``e`` (the
     :class:`~ptxgen.kernels.tile_emitter._Emitter`), ``chunks``, ``granule``,
     ``block_size``, ``wide`` (one flag a chunk) and ``chunk_wide`` (the flag of the
-    chunk being written, which :meth:`_chunk_range` sets); its method ``_param`` (a kernel parameter into a
-    register); and the registers its prologue and main loop declare: ``thread``,
-    ``warp``, ``lane0``, ``ctab``, ``rows``, ``pitch``, ``R``, ``C``, ``R1``, ``C1`` and
-    the scratch ``tmp64``, ``pr``. The walks over a vector read ``d``, ``a``, ``dm``,
-    ``s`` and ``rem``, which the gathers and scatters declare.
+    chunk being written, which :meth:`_chunk_range` sets); its method ``_param`` (a kernel
+    parameter into a register, under a guard if given); and the registers its prologue and
+    main loop declare: ``thread``, ``warp``, ``lane``, ``ctab``, ``rows``, ``pitch``,
+    ``R``, ``C``, ``R1``, ``C1`` and the scratch ``tmp64``, ``pr``. The walks over a
+    vector read ``d``, ``a``, ``dm``, ``s`` and ``rem``, which the gathers and scatters
+    declare.
     """
 
     e: _Emitter
@@ -43,25 +44,29 @@ class TileChunks:
     def _fill_chunk_table(self) -> None:
         """Where each chunk's bytes of this tile are, worked out once a tile into the
         shared table (:data:`_TABLE_ENTRY` bytes a chunk; see :meth:`_chunk_range`):
-        chunk k by warp k mod (block / 32), its lane 0 storing. Every thread working it
-        out for every chunk was a quarter of a tile's instructions (lab/README.md). The
-        caller's barrier makes the table visible."""
-        e, B = self.e, self.block_size
-        warps = B // 32
-        for k in range(self.chunks):
-            skip = e.label(f"TABLE{k}_DONE")
-            e("setp.ne.u32", "pr", "warp", k % warps)
-            e.bra(skip, guard="pr", uniform=True, why=f"chunk {k} is warp {k % warps}'s to place")
-            self._compute_chunk(k)
-            at = _TABLE_ENTRY * k
-            e("st.shared.v2.s64", e.at("ctab", at), ["c_RW", "c_dlo"], guard="lane0")
-            e("st.shared.v2.u64", e.at("ctab", at + 16), ["c_vstart", "c_lim"], guard="lane0")
-            e("st.shared.s64", e.at("ctab", at + 32), "c_dhi", guard="lane0")
-            e("st.shared.u64", e.at("ctab", at + 40), "c_ptr", guard="lane0")
-            e("st.shared.v2.u32", e.at("ctab", at + 48), ["c_nvec", "c_jump"], guard="lane0")
-            e("st.shared.f32", e.at("ctab", at + 56), "c_rcp", guard="lane0")
-            e("st.shared.u32", e.at("ctab", at + 60), "c_off", guard="lane0", why="for the edge pass")
-            e.place(skip)
+        chunk k by lane k of warp 0 (at most :data:`MAX_CHUNKS` = 32 chunks), each lane
+        storing its own entry, while the other warps go straight to the caller's barrier,
+        which makes the table visible. Every thread working it out for every chunk was a
+        quarter of a tile's instructions; a warp a chunk (its lane 0 storing) still cost
+        every warp a test a chunk, and six chunks 12 instructions a vector in all
+        (lab/README.md)."""
+        e = self.e
+        done = e.label("TABLE_DONE")
+        e("setp.ne.u32", "pr", "warp", 0)
+        e.bra(done, guard="pr", uniform=True, why="warp 0 places every chunk, a lane each")
+        e("setp.ge.u32", "pr", "lane", self.chunks)
+        e.bra(done, guard="pr", why="no chunk for this lane")
+        self._compute_chunk(None)
+        e.reg("u32", "c_entry")
+        e("mad.lo.u32", "c_entry", "lane", _TABLE_ENTRY, "ctab", why="this lane's chunk's entry")
+        e("st.shared.v2.s64", e.at("c_entry"), ["c_RW", "c_dlo"])
+        e("st.shared.v2.u64", e.at("c_entry", 16), ["c_vstart", "c_lim"])
+        e("st.shared.s64", e.at("c_entry", 32), "c_dhi")
+        e("st.shared.u64", e.at("c_entry", 40), "c_ptr")
+        e("st.shared.v2.u32", e.at("c_entry", 48), ["c_nvec", "c_jump"])
+        e("st.shared.f32", e.at("c_entry", 56), "c_rcp")
+        e("st.shared.u32", e.at("c_entry", 60), "c_off", why="for the edge pass")
+        e.place(done)
 
     def _chunk_regs(self) -> None:
         e = self.e
@@ -71,17 +76,27 @@ class TileChunks:
         e.reg("u32", "c_w", "c_off", "c_nvec", "c_jump")
         e.reg("f32", "c_rcp")
 
-    def _compute_chunk(self, k: int) -> None:
+    def _compute_chunk(self, k: int | None) -> None:
         """Chunk k's pointer, width, offset, its bytes from this tile [c_dlo, c_dhi), and
         the absolute 16-byte vectors spanning them (c_nvec of them from c_vstart; none
-        where the tile holds nothing of it)."""
+        where the tile holds nothing of it). ``k`` None: the chunk of this thread's lane,
+        its parameters picked by a predicate a chunk."""
         e = self.e
         self._chunk_regs()
-        e.note(f"chunk {k}: the bytes this tile holds")
-        self._param("c_ptr", f"chunk{k}_ptr")
+        if k is not None or self.chunks == 1:
+            k = k or 0
+            e.note(f"chunk {k}: the bytes this tile holds")
+            self._param("c_ptr", f"chunk{k}_ptr")
+            self._param("c_off", f"chunk{k}_off")
+            self._param("c_w", f"chunk{k}_width")
+        else:
+            e.note("chunk %lane: its parameters, then the bytes this tile holds")
+            e.reg("pred", "c_mine")
+            for n in range(self.chunks):
+                e("setp.eq.u32", "c_mine", "lane", n)
+                for reg, what in (("c_ptr", "ptr"), ("c_off", "off"), ("c_w", "width")):
+                    self._param(reg, f"chunk{n}_{what}", guard="c_mine")
         e("cvta.to.global.u64", "c_ptr", "c_ptr")
-        self._param("c_off", f"chunk{k}_off")
-        self._param("c_w", f"chunk{k}_width")
         e("cvt.u64.u32", "c_w64", "c_w")
         e("mul.lo.s64", "c_RW", "R", "c_w64", why="chunk bytes before the tile's first row")
         e("sub.s32", "c_clo", "C", "c_off")

@@ -74,12 +74,10 @@ def _shared_layout(
 
 _REGISTERS_PER_SM = 64 * 1024  # every architecture from sm_75 on
 _LIGHT_REGISTERS = 48
-# Word-window chunks (backward, byte granule) beyond which 48 registers spill.
-_LIGHT_WINDOW_CHUNKS = 5
 
 
 def _resident_ctas(
-    direction: str, loader: str, unroll: int, block: int, target: str, window_chunks: int, row_gather: bool
+    direction: str, loader: str, unroll: int, block: int, target: str, row_gather: bool
 ) -> int:
     """The resident CTAs an SM the kernel asks ptxas to leave room for
     (``.minnctapersm``, which caps its registers at 64K / (CTAs * block)).
@@ -90,22 +88,23 @@ def _resident_ctas(
     fewer.
 
     Two kinds fit 48 registers a thread: the row gather (it holds no loaded vector), and
-    backward through registers with at most four loaded vectors a thread and at most five
-    chunks read as word windows (``window_chunks``). In blocks of 256 threads or more
-    they ask for the CTAs that budget leaves room for, 5 of 256, on the targets whose
-    ptxas fits them there without spilling: sm_90 and the data-centre parts after it
-    (sm_80-89 and sm_120/121 spill the row gather at 48, every target the forward
-    scatter; tests/test_fastcat_tile.py checks). Measured on H200
+    backward through registers with at most four loaded vectors a thread. In blocks of
+    256 threads or more they ask for the CTAs that budget leaves room for, 5 of 256, on
+    the targets whose ptxas fits them there without spilling: sm_90 and the data-centre
+    parts after it (sm_80-89 and sm_120/121 spill the row gather at 48, every target the
+    forward scatter; tests/test_fastcat_tile.py checks). Measured on H200
     (lab/data/tile-variants-12.json, 64 random shapes, every result checked): splits'
     median of the flat copy 0.954 -> 0.978, lowest 0.748 -> 0.803 (they had 62
     registers, 4 CTAs); concats' 0.877 -> 0.898 (the row gather's 32 KB tiles had 79
     registers, 3 CTAs). 40 registers (6 CTAs) spilled the backward walk and lost 7 points.
+    Backward kernels of six or more chunks read as word windows spilled at 48 while the
+    chunk table was filled a warp a chunk, and asked for 4; filled a lane a chunk
+    (``TileChunks._fill_chunk_table``) they fit at any chunk count.
     """
     fwd = 2 if direction == "forward" and loader == "regs" else 1
     resident = max(1, min(1024 // block, 16 // unroll) // fwd)
     backward = direction == "backward" and loader == "regs" and unroll <= 4
-    light = row_gather or (backward and window_chunks <= _LIGHT_WINDOW_CHUNKS)
     major, _ = target_capability(target)
-    if light and block >= 256 and 9 <= major < 12:
+    if (row_gather or backward) and block >= 256 and 9 <= major < 12:
         resident = max(resident, _REGISTERS_PER_SM // (_LIGHT_REGISTERS * block))
     return resident

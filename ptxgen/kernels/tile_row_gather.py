@@ -76,6 +76,9 @@ class TileRowGather(TileGatherScatter):
             e("add.u32", "j", "j", B)
             e.bra(loop)
             e.place(done)
+            based = e.label(f"R{k}_BASED")
+            e("setp.eq.u32", "pr", "c_nvec", 0)
+            e.bra(based, guard="pr", uniform=True, why="nothing of this chunk here: no base to write")
             # staged(chunk byte d) = st_off + d - (c_vstart - c_ptr), d = c_RW + e
             e("sub.u64", "tmp64", "c_ptr", "c_vstart")
             e("add.s64", "tmp64", "tmp64", "c_RW")
@@ -84,6 +87,7 @@ class TileRowGather(TileGatherScatter):
             e("setp.eq.u32", "pr", "thread", 0)
             entry = e.at("ctab", _TABLE_ENTRY * k + _BASE_AT)
             e("st.shared.v4.u32", entry, ["rg_base", "c_off", "c_w", "c_w"], guard="pr")
+            e.place(based)
             e("mad.lo.u32", "st_off", "c_nvec", 16, "st_off")
             e("add.u32", "c_base", "c_base", "c_nvec")
         e("cp.async.commit_group")

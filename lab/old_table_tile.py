@@ -1,8 +1,8 @@
 """The tile kernel with its chunk table filled as before the lane-parallel fill (tree
 ``12181a99``): chunk k by warp k mod (block / 32), its lane 0 storing, and the resident
 CTAs asked as then (4 where more than five chunks are read as word windows). For
-``sweep_variants.py``'s ``old`` variant; needs the lane table (``lab/pending/lane-table.patch``
-or a tree with it), whose prologue gives the ``lane`` register. ``NewTableAsk4``: the
+``sweep_variants.py``'s ``old`` variant; needs the lane table (landed with tree ``4ba89c96``),
+whose prologue gives the ``lane`` register. ``NewTableAsk4``: the
 lane table with the old ask, to tell the two apart."""
 
 from __future__ import annotations

@@ -89,22 +89,26 @@ def study(label: str, rows: int, sizes: list[int], dtype: torch.dtype, stream: t
     lanes(f"{label} concat fresh", lambda: runtime.channel_cat_forward(xs, 1, stream=stream))
     handle = runtime_stream.stream_handle(stream)
     src = _recognise("op", "dy", dy, handle)
-    read = [_recognise("op", "out", o, handle) for o in outs]
+    read = [_recognise("op", f"out[{i}]", o, handle) for i, o in enumerate(outs)]
     key = op_routes.route_key("backward", (1, *sizes), (False,), [src, *read])
     route = op_routes.remembered(key)
-    named = [("dy", src), *((f"out[{i}]", a) for i, a in enumerate(read))]
-    _, outputs, device, launch = ops._launch_route("op", route, named, True, dy, handle)
+    arrays = [src, *read]
+    _, outputs, device, launch = ops._launch_route("op", route, arrays, True, dy, handle)
     addresses = [dy.data_ptr(), *outputs]
-    seen = [(a.ptr, a.shape) for _, a in named]
+    seen = [(a.ptr, a.shape) for a in arrays]
     lane = ops._lane
     parts = {
         "stream_handle": lambda: runtime_stream.stream_handle(stream),
         "one tensor read": lambda: _recognise("op", "dy", dy, handle),
         "route_key": lambda: op_routes.route_key("backward", (1, *sizes), (False,), [src, *read]),
         "remembered": lambda: op_routes.remembered(key),
-        "_launch_route (checks, launch)": lambda: ops._launch_route("op", route, named, True, dy, handle),
+        "every out read": lambda: ops._read_each(
+            "op", outs, ops._names(ops._OUT_NAMES, "out", len(outs)), handle
+        ),
+        "_launch_route (checks, launch)": lambda: ops._launch_route("op", route, arrays, True, dy, handle),
         "the launch alone": lambda: launch(*addresses),
-        "_device_for": lambda: op_arrays._device_for("op", named),
+        "_launcher": lambda: ops._launcher(route, device, handle, addresses[0], addresses[1:]),
+        "_device_for": lambda: op_arrays._device_for("op", arrays),
         "remember_split": lambda: lane.remember_split(
             dy, sizes, 1, outs, stream, route, device, seen, [], launch
         ),

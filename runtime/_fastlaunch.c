@@ -178,7 +178,8 @@ static PyTypeObject PreparedType;
 static PyObject *s_launch_key, *s_address, *s_nbytes, *s_dtype, *s_is_cuda, *s_get_device,
     *s_is_contiguous, *s_data_ptr, *s_handle, *s_stream, *s_shared_mem, *s_shape, *s_ordinal,
     *s_closed, *s_requires_grad, *s_itemsize, *s_empty, *s_stride, *s_new_empty_strided,
-    *s_first_output, *s_spans, *s_results, *s_order, *s_backward, *s_forward;
+    *s_first_output, *s_spans, *s_results, *s_order, *s_backward, *s_forward, *s_strides, *s_data, *s_ptr,
+    *s_device_id;
 
 /* Forget a failed read: the Python path will meet the same failure and say what it is.
  * Only an Exception is forgotten; a KeyboardInterrupt or SystemExit stays set, and every
@@ -1238,8 +1239,9 @@ static PyTypeObject StepsType = {
  * addresses (alignment, overlap through the entry's spans, one device), its results made
  * where not given (fresh_results), and run by the launch function remembered for its
  * device, stream and addresses modulo 16. Anything else (a kind of call not remembered,
- * another alignment, an array this lane does not read: CuPy, ``__cuda_array_interface__``)
- * answers False having done nothing, and the Python path takes the call.
+ * another alignment, an array this lane does not read: one not contiguous of CuPy's, or
+ * read through ``__cuda_array_interface__``; CuPy arrays while CuPy's current stream is
+ * not the op's) answers False having done nothing, and the Python path takes the call.
  */
 
 #define SLOTS_KEPT 16     /* launch functions an entry keeps; past this it starts over */
@@ -1317,8 +1319,12 @@ typedef struct {
             PyObject *tensor;         /* torch.Tensor once bound, else NULL */
             PyObject *torch_dtypes;   /* torch dtype -> DType (arrays._torch_dtypes), once bound */
             PyObject *current_stream; /* torch's raw current stream of a device index, once bound, or NULL */
+            PyObject *cupy_array;     /* cupy.ndarray once bound, else NULL */
+            PyObject *cupy_dtypes;    /* numpy dtype -> DType (arrays._cupy_dtypes), once bound */
+            PyObject *cupy_stream;    /* () -> CuPy's current stream as the ops name it, once bound */
+            PyObject *cupy_results;   /* (like, stream, results) -> CuPy's results, once bound */
         };
-        PyObject *refs[5];
+        PyObject *refs[9];
     };
     readers_t readers;        /* how its attributes are read */
     streams_t streams;
@@ -1327,7 +1333,10 @@ typedef struct {
 } OpLane;
 REFS_END(OpLane, readers);
 
+enum { KIND_DEVICE_ARRAY, KIND_TENSOR, KIND_CUPY };
+
 typedef struct {
+    int kind;
     uint64_t address;
     PyObject *shape;   /* new reference */
     PyObject *dtype;   /* the DType (a reference of its own) */
@@ -1366,10 +1375,29 @@ static int shape_holds_elements(PyObject *shape) {
     return 1;
 }
 
+/* Whether ``strides`` (in bytes) are those of a packed row-major array of ``shape`` (which
+ * holds elements) and ``itemsize``: stricter than CuPy's ``flags.c_contiguous``, which lets an
+ * extent of 1 have any stride, so what passes is contiguous to the Python path too; and
+ * no ``Flags`` object is made (half a microsecond a read). */
+static int packed_row_major(PyObject *shape, PyObject *strides, uint64_t step) {
+    if (!PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) != PyTuple_GET_SIZE(shape))
+        return 0;
+    for (Py_ssize_t i = PyTuple_GET_SIZE(shape) - 1; i >= 0; i--) {
+        uint64_t extent, stride;
+        if (!uint_bits(PyTuple_GET_ITEM(shape, i), &extent) || !uint_bits(PyTuple_GET_ITEM(strides, i), &stride) ||
+            stride != step || step > UINT64_MAX / extent)
+            return 0;
+        step *= extent;
+    }
+    return 1;
+}
+
 /* op_arrays' reading of an array, for the arrays this lane takes: an open, non-empty
- * DeviceArray (its launch key names its device and dtype), or a non-empty CUDA tensor of
- * a dtype we have (its strides read where it is not contiguous). 1 filled in; 0 not
- * taken. Whether a tensor may be written (requires_grad) is read only where ``written``. */
+ * DeviceArray (its launch key names its device and dtype), a non-empty CUDA tensor of
+ * a dtype we have (its strides read where it is not contiguous), or a non-empty,
+ * contiguous CuPy array of a dtype we have (its device that of its memory). 1 filled in;
+ * 0 not taken. Whether a tensor may be written (requires_grad) is read only where
+ * ``written``. */
 static int array_facts(OpLane *Q, PyObject *v, facts_t *f, int written) {
     memset(f, 0, sizeof *f);
     PyObject *cls = (PyObject *)Py_TYPE(v);
@@ -1387,8 +1415,36 @@ static int array_facts(OpLane *Q, PyObject *v, facts_t *f, int written) {
         f->writable = 1;
         return 1;
     }
+    if (Q->cupy_array != NULL && cls == Q->cupy_array) {
+        f->kind = KIND_CUPY;
+        PyObject *cupy_dtype = attr(v, s_dtype), *strides, *memory;
+        PyObject *dtype = cupy_dtype != NULL ? PyDict_GetItemWithError(Q->cupy_dtypes, cupy_dtype) : NULL;
+        Py_XINCREF(dtype);
+        Py_XDECREF(cupy_dtype);
+        if (dtype == NULL || dtype == Py_None) { /* a miss: the Python path looks it up */
+            Py_XDECREF(dtype);
+            drop_error();
+            return 0;
+        }
+        f->dtype = dtype;
+        if ((f->shape = attr(v, s_shape)) == NULL || !shape_holds_elements(f->shape) ||
+            !read_u64(dtype, s_itemsize, &bits) || (strides = attr(v, s_strides)) == NULL)
+            goto no;
+        int packed = packed_row_major(f->shape, strides, bits);
+        Py_DECREF(strides);
+        if (!packed || (memory = attr(v, s_data)) == NULL)
+            goto no;
+        int read = read_u64(memory, s_ptr, &f->address) && read_u64(memory, s_device_id, &bits);
+        Py_DECREF(memory);
+        if (!read)
+            goto no;
+        f->ordinal = (long long)bits;
+        f->writable = 1;
+        return 1;
+    }
     if (Q->tensor == NULL || cls != Q->tensor)
         return 0;
+    f->kind = KIND_TENSOR;
     const readers_t *R = &Q->readers;
     if (!tensor_is(R, T_IS_CUDA, v, Py_True))
         return 0;
@@ -1452,14 +1508,39 @@ static PyObject *lane_false(void) {
  *   ``like.new_empty_strided(shape, strides)`` (its dtype and device, dense in the input's
  *   memory order), from torch's caching allocator, which gives the block to that stream;
  * - a DeviceArray's: ``device.empty(shape, dtype, stream=handle)``, from the device's pool on
- *   the op's stream (``device``: the call's; row-major results only).
+ *   the op's stream (``device``: the call's; row-major results only);
+ * - a CuPy array's: ``cupy_results(like, handle, results)`` (runtime/outputs.py), from CuPy's
+ *   pool on the op's stream (row-major results only).
  * A new list, the addresses in ``addresses``; NULL with no error set where torch's current
  * stream is another (the Python path makes them under the op's) or an address cannot be
  * read; NULL with the allocator's error where an allocation fails (nothing is launched). */
 static PyObject *fresh_results(OpLane *Q, PyObject *like, const facts_t *facts, PyObject *device,
                                uintptr_t handle, PyObject *results, uint64_t *addresses) {
     PyObject *stream = NULL, *kwnames = NULL; /* device.empty's stream=, for DeviceArrays only */
-    if (facts->key == NULL) {
+    if (facts->kind == KIND_CUPY) {
+        PyObject *made = NULL, *handle_obj = PyLong_FromUnsignedLongLong(handle);
+        if (handle_obj != NULL)
+            made = PyObject_CallFunctionObjArgs(Q->cupy_results, like, handle_obj, results, NULL);
+        Py_XDECREF(handle_obj);
+        Py_ssize_t n = PyTuple_GET_SIZE(results);
+        if (made != NULL && !PyList_CheckExact(made))
+            Py_CLEAR(made);
+        for (Py_ssize_t i = 0; made != NULL && i < n; i++) {
+            if (PyList_GET_SIZE(made) != n) { /* reading an address runs Python code: the list is checked each time */
+                Py_CLEAR(made);
+                break;
+            }
+            PyObject *r = Py_NewRef(PyList_GET_ITEM(made, i));
+            PyObject *memory = attr(r, s_data);
+            int read = memory != NULL && read_u64(memory, s_ptr, &addresses[i]);
+            Py_XDECREF(memory);
+            Py_DECREF(r);
+            if (!read)
+                Py_CLEAR(made);
+        }
+        return made;
+    }
+    if (facts->kind == KIND_TENSOR) {
         PyObject *index = PyLong_FromLongLong(facts->ordinal);
         PyObject *current = index != NULL ? PyObject_Vectorcall(Q->current_stream, &index, 1, NULL) : NULL;
         uint64_t raw;
@@ -1479,7 +1560,7 @@ static PyObject *fresh_results(OpLane *Q, PyObject *like, const facts_t *facts, 
     PyObject *made = PyList_New(n);
     for (Py_ssize_t i = 0; made != NULL && i < n; i++) {
         PyObject *shape = PyTuple_GET_ITEM(PyTuple_GET_ITEM(results, i), 0), *r;
-        if (facts->key != NULL) {
+        if (facts->kind == KIND_DEVICE_ARRAY) {
             PyObject *call[4] = {device, shape, facts->dtype, stream};
             r = PyObject_VectorcallMethod(s_empty, call, 3, kwnames);
         } else {
@@ -1491,8 +1572,8 @@ static PyObject *fresh_results(OpLane *Q, PyObject *like, const facts_t *facts, 
             break;
         }
         PyList_SET_ITEM(made, i, r);
-        int read = facts->key == NULL ? tensor_u64(&Q->readers, T_DATA_PTR, r, &addresses[i])
-                                      : read_u64(r, s_address, &addresses[i]);
+        int read = facts->kind == KIND_TENSOR ? tensor_u64(&Q->readers, T_DATA_PTR, r, &addresses[i])
+                                              : read_u64(r, s_address, &addresses[i]);
         if (!read)
             Py_CLEAR(made);
     }
@@ -1511,6 +1592,7 @@ typedef struct {
     Py_ssize_t narrays, nread, first_written;
     uintptr_t handle;
     int fresh, wide_output; /* no out given; the wide array is the output (a join) */
+    int cupy;               /* a CuPy array among them */
 } call_t;
 
 static void call_clear(call_t *c) {
@@ -1587,6 +1669,18 @@ static int read_call(OpLane *Q, int join, PyObject *const *args, call_t *c) {
         for (int k = 0; k < 5; k++, at++) {
             Py_INCREF(fact[k]);
             PyTuple_SET_ITEM(c->key, at, fact[k]);
+        }
+        c->cupy |= a->kind == KIND_CUPY;
+    }
+    if (c->cupy) { /* the stream a CuPy array's interface names must be the op's: else Python orders them */
+        uint64_t producer;
+        PyObject *named = PyObject_CallNoArgs(Q->cupy_stream);
+        int same = named != NULL && uint_bits(named, &producer) &&
+                   (producer == c->handle || (producer <= 1 && c->handle <= 1)); /* stream.same_stream */
+        Py_XDECREF(named);
+        if (!same) {
+            drop_error();
+            return 0;
         }
     }
     return 1;
@@ -1665,14 +1759,14 @@ static PyObject *lane_run(OpLane *Q, call_t *c) {
     long long ordinal = c->f[0].ordinal;
     if (c->fresh) {
         const facts_t *first = &c->f[0];
-        if ((first->key == NULL && Q->current_stream == NULL) || (first->key != NULL && !e->row_major))
-            goto done; /* a DeviceArray's results are row-major: Python says so */
+        if (first->kind == KIND_TENSOR ? Q->current_stream == NULL : !e->row_major)
+            goto done; /* a DeviceArray's results are row-major: Python says so (a CuPy array here is) */
         /* nothing is allocated unless a launch of this device and stream is there to run */
         if (!find_slot(e, ordinal, c->handle, 0, 1, &device, &launch))
             goto done;
         Py_CLEAR(device);
         Py_CLEAR(launch);
-        PyObject *own = first->key != NULL ? PyTuple_GET_ITEM(first->key, 0) : NULL;
+        PyObject *own = first->kind == KIND_DEVICE_ARRAY ? PyTuple_GET_ITEM(first->key, 0) : NULL;
         nmade = PyTuple_GET_SIZE(e->results);
         made = fresh_results(Q, c->arrays[0], first, own, c->handle, e->results, addresses);
         if (made == NULL) { /* the allocator's own error (out of memory, say) is the caller's */
@@ -1900,6 +1994,20 @@ static PyObject *OpLane_bind_torch(OpLane *Q, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* bind_cupy(ndarray, dtypes, current_stream, results): recognise contiguous CuPy arrays, their
+ * dtypes through the table, while ``current_stream()`` (CuPy's, as the ops name it) is the
+ * op's; ``results(like, stream, results)`` makes the results of calls without ``out``. */
+static PyObject *OpLane_bind_cupy(OpLane *Q, PyObject *args) {
+    PyObject *ndarray, *dtypes, *current, *results;
+    if (!PyArg_ParseTuple(args, "OO!OO", &ndarray, &PyDict_Type, &dtypes, &current, &results))
+        return NULL;
+    Py_XSETREF(Q->cupy_dtypes, Py_NewRef(dtypes));
+    Py_XSETREF(Q->cupy_stream, Py_NewRef(current));
+    Py_XSETREF(Q->cupy_results, Py_NewRef(results));
+    Py_XSETREF(Q->cupy_array, Py_NewRef(ndarray)); /* last: the others are there once it is */
+    Py_RETURN_NONE;
+}
+
 static PyObject *OpLane_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"device_array", "stream_class", "stream_handle", "known_streams", "enabled", NULL};
     PyObject *device_array, *stream_class, *stream_handle, *known;
@@ -1963,6 +2071,9 @@ static PyMethodDef OpLane_methods[] = {
     {"bind_torch", (PyCFunction)OpLane_bind_torch, METH_VARARGS,
      "bind_torch(tensor_class, dtypes, current_stream=None): recognise torch tensors (dtypes: torch "
      "dtype -> DType); with torch's raw current stream of a device index, make results without out."},
+    {"bind_cupy", (PyCFunction)OpLane_bind_cupy, METH_VARARGS,
+     "bind_cupy(ndarray, dtypes, current_stream, results): recognise contiguous CuPy arrays (dtypes: numpy "
+     "dtype -> DType) while current_stream() is the op's; results(like, stream, results) makes results without out."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2009,7 +2120,7 @@ static int intern_all(void) {
         {&s_empty, "empty"}, {&s_stride, "stride"}, {&s_new_empty_strided, "new_empty_strided"},
         {&s_first_output, "first_output"}, {&s_spans, "spans"},
         {&s_results, "results"}, {&s_order, "order"}, {&s_backward, "backward"},
-        {&s_forward, "forward"},
+        {&s_forward, "forward"}, {&s_strides, "strides"}, {&s_data, "data"}, {&s_ptr, "ptr"}, {&s_device_id, "device_id"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         *names[i].slot = PyUnicode_InternFromString(names[i].text);

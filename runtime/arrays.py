@@ -320,9 +320,45 @@ def dtype_of_torch(torch_dtype: Any) -> DType | None:
     return found
 
 
+_cupy_dtypes: dict[Any, DType | None] = {}
+
+
+def cupy_dtype_table() -> dict[Any, DType | None]:
+    """The live table behind :func:`dtype_of_cupy`, for the compiled ops' path, which
+    reads it and leaves misses to that function."""
+    return _cupy_dtypes
+
+
+def cupy_current_stream() -> int:
+    """The stream a CuPy array's ``__cuda_array_interface__`` would name: CuPy's current
+    one, a handle CuPy hands out and so one to trust (1, the legacy default stream, for
+    CuPy's null stream)."""
+    producer = sys.modules["cupy"].cuda.get_current_stream().ptr
+    return trust_stream_handle(producer) if producer else 1
+
+
+def dtype_of_cupy(cupy_dtype: Any) -> DType | None:
+    """Our dtype for a CuPy array's numpy dtype (None where we have none), looked up once
+    per dtype. ``__cuda_array_interface__`` cannot spell bf16 and fp8 (ml_dtypes gives
+    ``'<V2'``, ``'<V1'`` and ``'<f1'``): those are known by ml_dtypes' names, ``bfloat16``
+    say, as DLPack would name them; a void type of no such name is none of ours."""
+    try:
+        return _cupy_dtypes[cupy_dtype]
+    except KeyError:
+        pass
+    found = dtype_from_typestr(cupy_dtype.str)
+    if found is None and cupy_dtype.kind in ("V", "f"):
+        try:
+            found = resolve_dtype(cupy_dtype)
+        except (TypeError, ValueError):
+            found = None
+    _cupy_dtypes[cupy_dtype] = found
+    return found
+
+
 def _cupy_array(param: PointerParam, value: Any, stream: int) -> tuple[int, int | None]:
     label = param.label
-    dtype = dtype_from_typestr(value.dtype.str)
+    dtype = dtype_of_cupy(value.dtype)
     if dtype is not param.dtype:
         raise TypeError(
             f"{label} got a {type(value).__name__} of {value.dtype.str}"
@@ -341,10 +377,7 @@ def _cupy_array(param: PointerParam, value: Any, stream: int) -> tuple[int, int 
         _refuse_empty(param, type(value).__name__, tuple(value.shape))
     ptr = int(value.data.ptr)
     _check_address(param, ptr)
-    # What CuPy's __cuda_array_interface__ would name: its current stream, a handle CuPy
-    # hands out and so one to trust (0, its null stream, is the legacy default stream).
-    producer = sys.modules["cupy"].cuda.get_current_stream().ptr
-    order_after(param.device, stream, trust_stream_handle(producer) if producer else 1)
+    order_after(param.device, stream, cupy_current_stream())
     return ptr, value.size * param.itemsize
 
 

@@ -16,14 +16,13 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ptxgen.dtypes import DTYPES, DType, dtype_from_typestr, resolve_dtype
+from ptxgen.dtypes import DTYPES, DType
 
-from .arrays import allocation_of, dtype_of_torch
+from .arrays import allocation_of, cupy_current_stream, dtype_of_cupy, dtype_of_torch, torch_dtype_table
 from .device import Device, device_of
 from .interop import describe
 from .memory import DeviceArray
 from .outputs import array_kind
-from .stream import order_after, trust_stream_handle
 from .strided_ops import Strided, row_major_strides
 from .strides import in_order, memory_order
 
@@ -34,7 +33,7 @@ class _Array:
 
     __slots__ = (
         "device", "dtype", "nbytes", "obj", "order", "ordinal", "ptr", "readonly", "shape", "stream",
-        "strides",
+        "strides", "what",
     )  # fmt: skip
 
     def __init__(
@@ -50,17 +49,31 @@ class _Array:
         stream: int | None = None,  # CAI v3: the producer's stream, to be ordered after
         strides: tuple[int, ...] | None = None,  # in elements, where not row-major
         order: tuple[int, ...] | None = None,  # its dims in memory order, where not row-major
+        what: str = "",  # the argument's name in messages: "dy", "out[1]", "xs[0]"
     ) -> None:
-        self.obj, self.shape, self.dtype, self.ptr = obj, shape, dtype, ptr
-        self.readonly, self.device, self.ordinal, self.nbytes = readonly, device, ordinal, nbytes
-        self.strides, self.order = strides, order
+        # one assignment a field: a multiple assignment would build and unpack a tuple
+        self.obj = obj
+        self.shape = shape
+        self.dtype = dtype
+        self.ptr = ptr
+        self.readonly = readonly
+        self.device = device
+        self.ordinal = ordinal
+        self.nbytes = nbytes
         self.stream = stream
+        self.strides = strides
+        self.order = order
+        self.what = what
 
 
+_torch_dtypes = torch_dtype_table()  # torch dtype -> ours (None: none), filled by dtype_of_torch
 _tensor_class: list[type | None] = [None]  # torch.Tensor, once torch has been imported
 # Each is called with torch.Tensor when torch is first seen: runtime.ops binds its C path
 # so, which this module, imported by it, cannot name.
 _torch_seen: list[Callable[[type], None]] = []
+# And each of these with cupy.ndarray, when a CuPy array is first read (see _seen_cupy).
+_cupy_class: list[type | None] = [None]
+_cupy_seen: list[Callable[[type], None]] = []
 _binding = threading.Lock()
 
 
@@ -84,13 +97,24 @@ def torch_tensor_class() -> type | None:
     return _tensor_class[0]
 
 
-def _torch_array(value: Any) -> _Array | None:
+def _seen_cupy(ndarray: type) -> None:
+    """The first CuPy array read (of this ``cupy.ndarray``: a test may stand in another):
+    what waits for CuPy is told, once."""
+    with _binding:
+        if _cupy_class[0] is not ndarray:
+            for seen in _cupy_seen:
+                seen(ndarray)
+            _cupy_class[0] = ndarray
+
+
+def _torch_array(value: Any, what: str) -> _Array | None:
     """A CUDA tensor read through torch's own attributes (no interface dict built: torch's
     own exports cost tens of µs), or None when it is anything else: the general path then
     accepts it or says why not. Strides that are not dense in any order are kept (order
     None): a pitched wide array, or the not-dense error of :func:`_recognise`."""
     try:
-        dtype = dtype_of_torch(value.dtype)
+        torch_dtype = value.dtype
+        dtype = _torch_dtypes.get(torch_dtype) or dtype_of_torch(torch_dtype)  # a miss: looked up once
         if dtype is None or not value.is_cuda:
             return None
         strides = order = None
@@ -101,26 +125,24 @@ def _torch_array(value: Any) -> _Array | None:
         # read-only: it may be read, but an op writing it would do so behind autograd.
         return _Array(
             value, value.shape, dtype, value.data_ptr(), value.requires_grad, None, value.get_device(),
-            value.nbytes, None, strides, order,
+            value.nbytes, None, strides, order, what,
         )  # fmt: skip
     except Exception:  # a meta, fake or sparse tensor: the general path names the problem
         return None
 
 
-def _cupy_array(value: Any) -> _Array | None:
+def _cupy_array(value: Any, what: str) -> _Array | None:
     """A CuPy array read through CuPy's own attributes, as Function.launch reads one:
-    its device from the array (no driver query for where its address lives), and the
+    its device from its memory (no driver query for where its address lives), and the
     stream its ``__cuda_array_interface__`` would name (CuPy's current one; its null
-    stream is the legacy default). A dtype the interface cannot spell (ml_dtypes gives bf16
-    as ``'<V2'``, e4m3 as ``'<V1'`` and e5m2 as ``'<f1'``) is known by its name, ml_dtypes'
-    ``bfloat16`` say, as DLPack would name it. None for what this does not take (a dtype of no such name, or
-    strides that are not dense): the interface, or DLPack, then reads it or says why not."""
+    stream is the legacy default). Its dtype by :func:`runtime.arrays.dtype_of_cupy`,
+    which knows bf16 and fp8 by ml_dtypes' names. None for what this does not take (a
+    dtype of no such name, or strides that are not dense): the interface, or DLPack,
+    then reads it or says why not."""
     try:
-        dtype = dtype_from_typestr(value.dtype.str)
+        dtype = dtype_of_cupy(value.dtype)
         if dtype is None:
-            if value.dtype.kind not in ("V", "f"):
-                return None
-            dtype = resolve_dtype(value.dtype)  # raises for a type of no dtype's name
+            return None
         shape = value.shape
         strides = order = None
         if not value.flags.c_contiguous and value.size:
@@ -131,10 +153,10 @@ def _cupy_array(value: Any) -> _Array | None:
             order = memory_order(shape, strides)
             if order is None:
                 return None
-        producer = sys.modules["cupy"].cuda.get_current_stream().ptr
+        memory = value.data
         return _Array(
-            value, shape, dtype, int(value.data.ptr), False, None, value.device.id, value.nbytes,
-            trust_stream_handle(producer) if producer else 1, strides, order,
+            value, shape, dtype, int(memory.ptr), False, None, memory.device_id, value.nbytes,
+            cupy_current_stream(), strides, order, what,
         )  # fmt: skip
     except Exception:  # an older CuPy, a subclass that behaves otherwise: the interface decides
         return None
@@ -150,22 +172,26 @@ def _recognise(op: str, what: str, value: Any, stream: int) -> _Array:
         if key is not None:
             device, dtype = key
             return _Array(
-                value, value.shape, dtype, value.address, False, device, device.ordinal, value.nbytes
-            )
+                value, value.shape, dtype, value.address, False, device, device.ordinal, value.nbytes,
+                None, None, None, what,
+            )  # fmt: skip
         if value.closed:
             raise ValueError(f"{op}: {what} is a closed DeviceArray")
         return _Array(
-            value, value.shape, DTYPES[value.dtype], 0, False, value.device, value.device.ordinal, 0
-        )
+            value, value.shape, DTYPES[value.dtype], 0, False, value.device, value.device.ordinal, 0,
+            what=what,
+        )  # fmt: skip
     tensor = torch_tensor_class()
     if tensor is not None and (cls is tensor or isinstance(value, tensor)):  # nn.Parameter too
-        found = _torch_array(value)
+        found = _torch_array(value, what)
         if found is not None:
             return found
     cupy = sys.modules.get("cupy")
     if cupy is not None and isinstance(value, cupy.ndarray):
-        found = _cupy_array(value)
+        found = _cupy_array(value, what)
         if found is not None:
+            if _cupy_class[0] is not cupy.ndarray:
+                _seen_cupy(cupy.ndarray)
             return found
     if value is None or isinstance(value, (int, float, str, bytes, list, tuple)):
         raise TypeError(
@@ -198,7 +224,7 @@ def _recognise(op: str, what: str, value: Any, stream: int) -> _Array:
     nbytes = math.prod(shape) * info.dtype.itemsize
     return _Array(
         value, shape, info.dtype, info.ptr, info.readonly, None, info.device_id, nbytes, info.stream,
-        info.strides if not info.contiguous else None, order,
+        info.strides if not info.contiguous else None, order, what,
     )  # fmt: skip
 
 
@@ -303,13 +329,6 @@ def _keeps_order(a: _Array) -> bool:
     return array_kind(a.obj) != "device_array"
 
 
-def _order_after_producers(device: Device, handle: int, named: Sequence[tuple[str, _Array]]) -> None:
-    """The op's stream waits for each array's producer stream, where its interface names one."""
-    for _, a in named:
-        if a.stream is not None:
-            order_after(device, handle, a.stream)
-
-
 def _pointer_ordinal(op: str, what: str, ptr: int) -> int:
     """The GPU that ``ptr`` lives on (CAI does not say); refuses memory CUDA does not know."""
     try:
@@ -321,28 +340,28 @@ def _pointer_ordinal(op: str, what: str, ptr: int) -> int:
         ) from None
 
 
-def _device_for(op: str, named: Sequence[tuple[str, _Array]]) -> Device:
+def _device_for(op: str, arrays: Sequence[_Array]) -> Device:
     """The one device every array lives on (device 0 where no array can say)."""
-    first = named[0][1]
+    first = arrays[0]
     ordinal, device = first.ordinal, first.device
     if ordinal is not None:
-        for _, a in named:
+        for a in arrays:
             if a.ordinal != ordinal or a.device is not device:
                 break
         else:  # every array names the same device (the common call): no table
             return device if device is not None else device_of(ordinal)
     where: dict[int, str] = {}
     device = None
-    for name, a in named:
+    for a in arrays:
         ordinal = a.ordinal
         if a.device is not None:
             device = a.device
         elif ordinal is None:
             if not (a.nbytes and a.ptr):
                 continue  # an empty array through CAI says nothing
-            ordinal = _pointer_ordinal(op, name, a.ptr)
+            ordinal = _pointer_ordinal(op, a.what, a.ptr)
         if ordinal not in where:
-            where[ordinal] = name
+            where[ordinal] = a.what
     if len(where) > 1:
         listed = ", ".join(f"{name} on device {o}" for o, name in where.items())
         raise ValueError(f"{op}: the arrays live on different devices ({listed}); all must share one")

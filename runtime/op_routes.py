@@ -55,7 +55,7 @@ class Route:
     where ``order`` is None): what the C lane allocates, as new_outputs does."""
 
     __slots__ = (
-        "dtype", "extents", "first_output", "op", "order", "out_shapes", "pitch", "problem",
+        "dtype", "extents", "first_output", "launches", "op", "order", "out_shapes", "pitch", "problem",
         "results", "rows", "spans", "strided",
     )  # fmt: skip
 
@@ -78,6 +78,9 @@ class Route:
         self.strided, self.problem = problem is not None, problem
         self.order, self.rows, self.extents, self.pitch = order, rows, extents, pitch
         self.results = tuple((s, dense_strides(s, order or range(len(s)))) for s in out_shapes)
+        # The launch function last used per stream and addresses modulo 16, with its device:
+        # runtime.ops fills it, so that a call of a known route asks no plan table.
+        self.launches: dict[tuple[int, ...], tuple[Any, Any]] = {}
 
 
 # --- the remembered routes -------------------------------------------------------------

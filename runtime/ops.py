@@ -28,20 +28,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import launch as _launch
-from .arrays import torch_dtype_table
-from .op_arrays import (
-    _Array,
-    _check_aligned,
-    _device_for,
-    _is_sequence,
-    _order_after_producers,
-    _recognise,
-    _torch_seen,
-)
+from .arrays import cupy_current_stream, cupy_dtype_table, torch_dtype_table
+from .op_arrays import _Array, _check_aligned, _cupy_seen, _device_for, _is_sequence, _recognise, _torch_seen
 from .op_plans import _compiled, _compiled_strided, _join_shapes, _plans, _plans_lock, _split_shapes, plan_for
 from .op_routes import Route, clear_routes, join_route, remembered, route_key, split_route
-from .outputs import new_outputs, torch_stream_reader
-from .stream import stream_handle
+from .outputs import cupy_results, outputs_of, torch_stream_reader
+from .stream import order_after, stream_handle
 from .strided_ops import check_disjoint
 
 __all__ = ["channel_cat_backward", "channel_cat_forward", "clear_plans", "plan_for"]
@@ -62,6 +54,16 @@ def _bind_torch(tensor: type) -> None:
 _torch_seen.append(_bind_torch)
 
 
+def _bind_cupy(ndarray: type) -> None:
+    """Lets the C lane read contiguous CuPy arrays, once the array reader has read one, and
+    make their results (as :func:`runtime.outputs.outputs_of` does)."""
+    if _lane is not None:
+        _lane.bind_cupy(ndarray, cupy_dtype_table(), cupy_current_stream, cupy_results)
+
+
+_cupy_seen.append(_bind_cupy)
+
+
 def clear_plans() -> None:
     """Forget every plan and remembered shape: the next call of each shape plans again
     (after the planner's settings changed, say). Loaded modules stay with their device."""
@@ -77,49 +79,77 @@ def clear_plans() -> None:
 # --- the path: a call's route, then its addresses -------------------------------------------
 
 
-def _launch_route(op: str, route: Route, named: list[tuple[str, _Array]], given: bool, like: Any,
+def _launch_route(op: str, route: Route, arrays: list[_Array], given: bool, like: Any,
                   handle: int) -> tuple[list[Any] | None, list[int], Any, Any]:  # fmt: skip
-    """Runs ``route`` on the arrays ``named`` (inputs, then outputs where ``given``):
-    every check of their addresses (alignment, overlap, one device) before anything is
-    allocated or launched; then the results made (of ``like``'s kind, on the op's stream)
-    where not given, and the launches. Returns the results made (None where given), the
-    outputs' addresses, the device and the launch function (for the C lane)."""
-    mask = route.dtype.itemsize - 1
-    for what, a in named:
-        if a.ptr & mask and a.nbytes:
-            _check_aligned(op, what, a)
+    """Runs ``route`` on ``arrays`` (inputs, then outputs where ``given``): every check of
+    their addresses (alignment, overlap, one device) before anything is allocated or
+    launched; then the results made (of ``like``'s kind, on the op's stream) where not
+    given, and the launches. Returns the results made (None where given), the outputs'
+    addresses, the device and the launch function (for the C lane)."""
+    # One pass: each address's alignment, and, with out given, each array's bytes that no
+    # output may share; and whether an array names a producer's stream.
+    mask, bounds, producers = route.dtype.itemsize - 1, [], False
+    for a, (lo, hi) in zip(arrays, route.spans):
+        ptr = a.ptr
+        if ptr & mask and a.nbytes:
+            _check_aligned(op, a.what, a)
+        if given and lo < hi:
+            bounds.append((ptr + lo, ptr + hi))
+        if a.stream is not None:
+            producers = True
     if given:
         # Sorted by address, the arrays share no byte when each starts at or past the end
         # of the one before: the common call ends its check here. Where two do share, the
         # full check says whether they may (inputs may) and names the pair that may not.
-        bounds = [(a.ptr + lo, a.ptr + hi) for (_, a), (lo, hi) in zip(named, route.spans) if lo < hi]
+        bounds.sort()
         end = 0
-        for start, stop in sorted(bounds):
+        for start, stop in bounds:
             if start < end:
-                spans = [(what, a.ptr + lo, a.ptr + hi) for (what, a), (lo, hi) in zip(named, route.spans)]
+                spans = [(a.what, a.ptr + lo, a.ptr + hi) for a, (lo, hi) in zip(arrays, route.spans)]
                 check_disjoint(op, spans, route.first_output, route.strided)
                 break
             end = stop
-    device = _device_for(op, named)
-    _order_after_producers(device, handle, named)
+    device = _device_for(op, arrays)
+    if producers:  # the op's stream waits for each producer an array's interface names
+        for a in arrays:
+            if a.stream is not None:
+                order_after(device, handle, a.stream)
     made = None
     if given:
-        outputs = [a.ptr for _, a in named[route.first_output :]]
+        outputs = [a.ptr for a in arrays[route.first_output :]]
     else:
-        made, outputs = new_outputs(like, device, handle, route.out_shapes, route.dtype, route.order)
+        made, outputs = outputs_of(like, device, handle, route.results, route.dtype, route.order)
     if route.op == "backward":
-        wide, pieces = named[0][1].ptr, outputs
+        wide, pieces = arrays[0].ptr, outputs
     else:
-        wide, pieces = outputs[0], [a.ptr for _, a in named[: route.first_output]]
-    if route.problem is not None:
-        compiled = _compiled_strided(device, route.problem)
-    else:  # the plan is made for the addresses modulo 16
-        aligns = tuple([p & 15 for p in pieces])
-        compiled = _compiled(device, route.op, route.dtype, route.rows, route.extents, wide & 15, aligns,
-                             route.pitch)  # fmt: skip
-    launch = compiled.launcher(handle)
+        wide, pieces = outputs[0], [a.ptr for a in arrays[: route.first_output]]
+    launch = _launcher(route, device, handle, wide, pieces)
     launch(wide, *pieces)
     return made, outputs, device, launch
+
+
+def _launcher(route: Route, device: Any, handle: int, wide: int, pieces: list[int]) -> Any:
+    """The launch function of ``route`` on ``device`` and the stream ``handle``, for
+    arrays at these addresses: the plan's, made for the addresses modulo 16. The route
+    keeps the last one per stream and alignments, with its device (another device's, or
+    none kept, asks the plan table)."""
+    key = (handle, wide & 15, *[p & 15 for p in pieces])
+    found = route.launches.get(key)
+    if found is not None and found[0] is device:
+        return found[1]
+    if route.problem is not None:  # the strided copy's plan does not depend on alignment
+        compiled = _compiled_strided(device, route.problem)
+    else:
+        compiled = _compiled(device, route.op, route.dtype, route.rows, route.extents, key[1], key[2:],
+                             route.pitch)  # fmt: skip
+    launch = compiled.launcher(handle)
+    if len(route.launches) >= _LAUNCHES_KEPT:
+        route.launches.clear()
+    route.launches[key] = (device, launch)
+    return launch
+
+
+_LAUNCHES_KEPT = 16  # per route: streams × alignments a model uses; past this it starts over
 
 
 # The arrays' names in messages, made once: a call's f-strings cost more than its reads.
@@ -168,14 +198,14 @@ def channel_cat_backward(
         key = route_key("backward", (dim, *sizes), (out is None,), [src, *(outs or [])])
         key = key if out is None or outs is not None else None
     route = remembered(key) or split_route(op, key, src, sizes, dim, out, outs, handle)
-    named = [("dy", src)]
+    arrays = [src]
     if out is not None:
         if outs is None:  # the route read each in its turn; read again, they raise as they did
             outs = [_recognise(op, what, o, handle) for what, o in zip(names, out)]
-        named += zip(names, outs)
-    made, outputs, device, launch = _launch_route(op, route, named, out is not None, dy, handle)
+        arrays += outs
+    made, outputs, device, launch = _launch_route(op, route, arrays, out is not None, dy, handle)
     if _lane is not None:  # the next call of this kind runs in C
-        seen, made_at = [(a.ptr, a.shape) for _, a in named], outputs if made is not None else []
+        seen, made_at = [(a.ptr, a.shape) for a in arrays], outputs if made is not None else []
         _lane.remember_split(dy, sizes, dim, out, stream, route, device, seen, made_at, launch)
     return list(out) if made is None else made
 
@@ -207,12 +237,12 @@ def channel_cat_forward(xs: Sequence[Any], dim: int = 1, *, out: Any = None, str
     if out is None or dst is not None:
         key = route_key("forward", (dim,), (out is None,), [*inputs, *(dst or [])])
     route = remembered(key) or join_route(op, key, inputs, dim, out, dst[0] if dst else None, handle)
-    named = list(zip(xs_names, inputs))
+    arrays = inputs
     if out is not None:
         # where it could not be read for the key, the route read it; read again, it raises as it did
-        named.append(("out", dst[0] if dst else _recognise(op, "out", out, handle)))
-    made, outputs, device, launch = _launch_route(op, route, named, out is not None, xs[0], handle)
+        arrays = [*inputs, dst[0] if dst else _recognise(op, "out", out, handle)]
+    made, outputs, device, launch = _launch_route(op, route, arrays, out is not None, xs[0], handle)
     if _lane is not None:
-        seen, made_at = [(a.ptr, a.shape) for _, a in named], outputs if made is not None else []
+        seen, made_at = [(a.ptr, a.shape) for a in arrays], outputs if made is not None else []
         _lane.remember_join(xs, dim, out, stream, route, device, seen, made_at, launch)
     return out if made is None else made[0]

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from .device import Device
 
-__all__ = ["array_kind", "new_outputs", "torch_stream_reader"]
+__all__ = ["array_kind", "cupy_results", "new_outputs", "outputs_of", "torch_stream_reader"]
 
 
 def array_kind(like: Any) -> str:
@@ -51,10 +51,25 @@ def new_outputs(
     memory ``order`` where one is given (``like``'s, channels_last say), else row-major.
     A DeviceArray is row-major only: an order for one is refused, before anything is
     allocated."""
+    results = [(s, dense_strides(s, order or range(len(s)))) for s in shapes]
+    return outputs_of(like, device, stream, results, dtype, order)
+
+
+def outputs_of(
+    like: Any,
+    device: Device,
+    stream: int,
+    results: Sequence[tuple[tuple[int, ...], tuple[int, ...]]],
+    dtype: DType,
+    order: tuple[int, ...] | None,
+) -> tuple[list[Any], list[int]]:
+    """:func:`new_outputs` given each result's ``(shape, strides)``, dense in ``order``:
+    a route's ``results``, worked out once for every call of its kind."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(like, torch.Tensor):
-        arrays = _torch_outputs(torch, like, stream, shapes, order)
+        arrays = _torch_outputs(torch, like, stream, results)
         return arrays, [a.data_ptr() for a in arrays]
+    shapes = [shape for shape, _ in results]
     cupy = sys.modules.get("cupy")
     if cupy is not None and isinstance(like, cupy.ndarray):
         arrays = _cupy_outputs(cupy, like, stream, _in_memory(shapes, order))
@@ -89,18 +104,18 @@ def _torch_current_stream(torch: Any, index: int) -> int:
 
 
 def _torch_outputs(
-    torch: Any, like: Any, stream: int, shapes: Sequence[tuple[int, ...]], order: tuple[int, ...] | None
+    torch: Any, like: Any, stream: int, results: Sequence[tuple[tuple[int, ...], tuple[int, ...]]]
 ) -> list[Any]:
     # new_empty_strided: like's dtype and device, outside autograd (an op's result is a
-    # new leaf), dense in ``order`` (row-major where None) in one call: new_empty then
-    # permute would take two, and even for a row-major result it costs torch's binding
-    # less than new_empty (4.2-4.3 against 4.9-5.1 us a call on an H200's host,
+    # new leaf), dense in the input's memory order in one call: new_empty then permute
+    # would take two, and even for a row-major result it costs torch's binding less than
+    # new_empty (4.2-4.3 against 4.9-5.1 us a call on an H200's host,
     # lab/data/alloc-probe-04ffd101.json; the lane's allocating concat, over its out= call:
     # 3.1-5.2 us with new_empty, 1.1-2.7 with this, lab/data/alloc-probe-strided-ab.json).
     # torch hands a block to the stream current at allocation: the op's. The C lane makes
     # them the same way, from Route.results.
     def make() -> list[Any]:
-        return [like.new_empty_strided(s, dense_strides(s, order or range(len(s)))) for s in shapes]
+        return [like.new_empty_strided(shape, strides) for shape, strides in results]
 
     if same_stream(_torch_current_stream(torch, like.get_device()), stream):
         return make()
@@ -114,10 +129,43 @@ def _torch_outputs(
         return make()
 
 
+def cupy_results(
+    like: Any, stream: int, results: Sequence[tuple[tuple[int, ...], tuple[int, ...]]]
+) -> list[Any]:
+    """The row-major CuPy results of a call without ``out`` the C lane runs, as
+    :func:`outputs_of` makes them: of ``like``'s dtype, on its device, from CuPy's pool
+    on the op's ``stream``."""
+    return _cupy_outputs(sys.modules["cupy"], like, stream, [shape for shape, _ in results])
+
+
 def _cupy_outputs(cupy: Any, like: Any, stream: int, shapes: Sequence[tuple[int, ...]]) -> list[Any]:
     # CuPy's pool keeps an arena per stream: the one current at allocation, the op's.
     with cupy.cuda.Device(like.device.id):
         if same_stream(cupy.cuda.get_current_stream().ptr, stream):
             return [cupy.empty(s, dtype=like.dtype) for s in shapes]
-        with cupy.cuda.ExternalStream(stream):
+        with _cupy_stream(cupy, stream):
             return [cupy.empty(s, dtype=like.dtype) for s in shapes]
+
+
+class _StreamHandle:
+    """A raw stream handle, as the CUDA stream protocol names one."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: int) -> None:
+        self.handle = handle
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.handle)
+
+
+def _cupy_stream(cupy: Any, stream: int) -> Any:
+    """The op's stream as a CuPy stream: its null stream for the legacy default one (0, 1);
+    any other handle through ``Stream.from_external`` (CuPy 14 deprecates ``ExternalStream``,
+    which older ones have alone)."""
+    if stream in (0, 1):
+        return cupy.cuda.Stream.null
+    from_external = getattr(cupy.cuda.Stream, "from_external", None)
+    if from_external is not None:
+        return from_external(_StreamHandle(stream))
+    return cupy.cuda.ExternalStream(stream)

@@ -9,13 +9,17 @@ For every case (an op, a shape, a dtype, a kind of array, with or without ``out`
   * ``us``: GPU time, CUDA events around one call on the default stream, the L2 flushed
     (a read of an unrelated 256 MB buffer) before each repetition; the median;
   * ``host_us``: host time of one call from entry to return, the results dropped inside
-    the timing (an allocating call pays its frees too), the device idle before; the median;
+    the timing (an allocating call pays its frees too), the device idle before; the median
+    of ``--host-reps`` calls (100: one call's host time varies more than its GPU time);
   * ``correct``: the results of the last timed repetition compared bit for bit with
     PyTorch's slicing, and those of one more call into poisoned outputs.
 ``framework_alloc_host_us`` (on the allocating rows) is what the array's own library
 charges for the same allocations in the same run (``torch.empty`` / ``cupy.empty`` /
 ``Device.empty`` per result): the allocating call's host-time target is the ``out=``
-call's plus that plus 1 µs.
+call's plus that plus 1 µs. On torch rows, ``binding_alloc_host_us`` is what
+``new_empty_strided`` alone costs for the same results (the cheapest allocation torch
+offers Python, and the one the ops make), for the table of where an allocating call's
+host time goes beside torch's own.
 
 Cases: small shapes (at most 1 MB a side) and the client's (YOLO C2f at 640 px: rows =
 batch·H·W at strides 8, 16 and 32, batch 1 and 16, 3–4 pieces of 16–256 channels), in
@@ -75,10 +79,16 @@ NOT_MEASURED = {
 class Bench:
     """The timing machinery: events, the L2 flush, host timing with the device idle."""
 
-    def __init__(self, torch: Any, reps: int, warmup: int, flush: Callable[[int], Any] | None = None) -> None:
+    def __init__(
+        self, torch: Any, reps: int, warmup: int, flush: Callable[[int], Any] | None = None,
+        host_reps: int | None = None,
+    ) -> None:  # fmt: skip
         """``flush(rep)`` empties the L2 before repetition ``rep``; by default a read of an
-        unrelated 256 MB buffer, which leaves the L2 clean."""
+        unrelated 256 MB buffer, which leaves the L2 clean. ``host_reps``: the calls the
+        host time is the median of (default ``reps``); a single call's host time varies
+        more than its GPU time, and costs no flush."""
         self.torch, self.reps, self.warmup = torch, reps, warmup
+        self.host_reps = reps if host_reps is None else host_reps
         if flush is None:
             buffer = torch.ones(FLUSH_BYTES // 8, dtype=torch.int64, device="cuda")
             flush = lambda rep: buffer.sum()  # noqa: E731
@@ -103,7 +113,7 @@ class Bench:
     def host_us(self, call: Callable[[], Any]) -> float:
         """Median host µs of ``call`` with its results dropped, the device idle before."""
         times = []
-        for rep in range(self.warmup + self.reps):
+        for rep in range(self.warmup + self.host_reps):
             self.torch.cuda.synchronize()
             start = time.perf_counter()
             result = call()
@@ -212,8 +222,13 @@ def run_case(bench: Bench, dev: Any, torch: Any, cupy: Any, name: str, batch: in
         ours_out = lambda: runtime.channel_cat_forward(inputs, 1, out=outs[0])  # noqa: E731
         torch_alloc = lambda: [torch.cat(pieces, 1)]  # noqa: E731
         torch_out = lambda: torch.cat(pieces, 1, out=outs_torch[0])  # noqa: E731
+    binding_alloc = None
     if array == "torch":
         framework_alloc = lambda: [torch.empty(s, dtype=dtype, device="cuda") for s in shapes]  # noqa: E731
+        # the allocation torch offers Python at its cheapest, which the ops make: each
+        # result's shape, dense in the input's memory format, of the input's dtype
+        results = [(tuple(w.shape), w.contiguous(memory_format=fmt).stride()) for w in want]
+        binding_alloc = lambda: [inputs[0].new_empty_strided(s, st) for s, st in results]  # noqa: E731
     elif array == "cupy":
         cdtype = inputs[0].dtype
         framework_alloc = lambda: [cupy.empty(s, dtype=cdtype) for s in shapes]  # noqa: E731
@@ -233,6 +248,7 @@ def run_case(bench: Bench, dev: Any, torch: Any, cupy: Any, name: str, batch: in
     if array == "torch":
         methods += [("torch", False, torch_alloc, None), ("torch", True, torch_out, outs_torch)]
     alloc_host = bench.host_us(framework_alloc)
+    binding_host = bench.host_us(binding_alloc) if binding_alloc is not None else None
     found = []
     for method, with_out, call, written in methods:
         for o in written or []:  # the last timed call's results are checked: poisoned first
@@ -249,6 +265,8 @@ def run_case(bench: Bench, dev: Any, torch: Any, cupy: Any, name: str, batch: in
                "correct": bool(ok)}  # fmt: skip
         if method == "ours" and not with_out:
             row["framework_alloc_host_us"] = round(alloc_host, 2)
+            if binding_host is not None:
+                row["binding_alloc_host_us"] = round(binding_host, 2)
         found.append(row)
     us, _ = bench.gpu_us(lambda: flat_dst.copy_(flat_src))
     found.append({"case": f"{op} {name} {dtype_name}", "layout": layout, "array": array, "out": True,
@@ -263,7 +281,8 @@ def markdown(record: dict[str, Any]) -> str:
         "# The ops as users call them",
         "",
         f"{record['gpu']}, driver {record['driver']}, {record['date']}; tree `{record['tree'][:12]}`; "
-        f"`{record['command']}`. Median of {record['reps']} calls after {record['warmup']} warm-up.",
+        f"`{record['command']}`. Median of {record['reps']} calls after {record['warmup']} warm-up"
+        + (f" (host µs: of {record['host_reps']})." if "host_reps" in record else "."),
         "",
         "| case | layout | array | out= | method | GPU µs | host µs | correct |",
         "|---|---|---|---|---|---|---|---|",
@@ -299,6 +318,7 @@ def markdown(record: dict[str, Any]) -> str:
             f"| {case} | {layout} | {array} | {gpu_ratio:.2f}× | {c['host_us']:.1f} ({limit:.1f}) | "
             f"{versus[0]} | {versus[1]} | {'yes' if met else 'no'} |"
         )
+    lines += allocation_costs(by)
     for wanted, target in (("channels_last", 90), ("pitched", 85)):
         lines += ["", f"{wanted} against the flat copy of the same bytes (target ≥ {target}%):", "",
                   "| case | out= | flat copy / ours, GPU |", "|---|---|---|"]  # fmt: skip
@@ -310,10 +330,51 @@ def markdown(record: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def allocation_costs(by: dict[tuple[Any, ...], dict[str, Any]]) -> list[str]:
+    """Where an allocating call on torch tensors spends its host time, beside torch's own
+    call: medians per op and layout of what allocating adds to each one's ``out=`` call,
+    and what the cheapest allocation torch offers Python (``new_empty_strided``, the one
+    the ops make) costs alone in the same run."""
+    groups: dict[tuple[str, str], list[tuple[float, ...]]] = {}
+    for (case, layout, array, out, method), c in by.items():
+        if array != "torch" or method != "ours" or out or "binding_alloc_host_us" not in c:
+            continue
+        ours_out = by[(case, layout, array, True, "ours")]["host_us"]
+        torch_alloc = by[(case, layout, array, False, "torch")]["host_us"]
+        torch_out = by[(case, layout, array, True, "torch")]["host_us"]
+        groups.setdefault((case.split()[0], layout), []).append(
+            (c["host_us"] - ours_out, c["binding_alloc_host_us"], torch_alloc - torch_out,
+             torch_out - ours_out, float(c["host_us"] <= torch_alloc))
+        )  # fmt: skip
+    if not groups:
+        return []
+    lines = [
+        "",
+        "Allocating calls on torch tensors, host µs, medians per op and layout: what allocating adds "
+        "to ours and to torch's `out=` call, what `new_empty_strided` (torch's cheapest allocation from "
+        "Python, the one ours makes) costs alone, and how far ours is ahead with `out=`:",
+        "",
+        "| op | layout | rows | ours: allocating − out= | new_empty_strided alone | torch: allocating − out= "
+        "| torch out= − ours out= | ours ahead allocating |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for (op, layout), rows in groups.items():
+        med = [statistics.median(col) for col in zip(*rows)]
+        ahead = int(sum(r[4] for r in rows))
+        lines.append(
+            f"| {op} | {layout} | {len(rows)} | {med[0]:.1f} | {med[1]:.1f} | {med[2]:.1f} | {med[3]:.1f} "
+            f"| {ahead} of {len(rows)} |"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="two shapes, fewer repetitions")
     p.add_argument("--reps", type=int, default=None, help="timed calls per method (default 30, --quick 10)")
+    p.add_argument(
+        "--host-reps", type=int, default=None, help="host-timed calls per method (default 100, --quick 30)"
+    )
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "perf")
     args = p.parse_args(argv)
@@ -330,7 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     tree = records.tree_hash()  # of the code that runs, taken before it runs
     dev = runtime.Device(torch.cuda.current_device())
     reps = args.reps if args.reps is not None else (10 if args.quick else 30)
-    bench = Bench(torch, reps, args.warmup)
+    host_reps = args.host_reps if args.host_reps is not None else (30 if args.quick else 100)
+    bench = Bench(torch, reps, args.warmup, host_reps=host_reps)
     shapes = (SMALL + CLIENT)[:: 4 if args.quick else 1]
     arrays = ["torch", "device_array"] + (["cupy"] if cupy is not None else [])
     cases: list[dict[str, Any]] = []
@@ -358,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     record = {
         **records.header(records.command_line(argv), tree),
         "reps": reps,
+        "host_reps": host_reps,
         "warmup": args.warmup,
         "not_measured": {
             **NOT_MEASURED,

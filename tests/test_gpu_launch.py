@@ -152,6 +152,23 @@ def test_cupy_arrays_and_generic_interfaces(dev, cupy):
         np.testing.assert_array_equal(cupy.asnumpy(dx), host[:, OFFSET : OFFSET + CHUNK])
 
 
+def test_cupy_bf16_arrays_are_known_by_their_dtype_name(dev, cupy, torch):
+    """CAI spells bf16 '<V2' (ml_dtypes' bfloat16): a launch takes such a CuPy array by its
+    dtype's name, as the ops do, and still refuses a void type of no dtype's name."""
+    k = ptxgen.ChannelCatBackward("bf16", 64)
+    fn = dev.load(k).function
+    dy_t = torch.randn(N, C_TOTAL, device="cuda").to(torch.bfloat16)
+    dx_t = torch.full((N, CHUNK), float("nan"), device="cuda", dtype=torch.bfloat16)
+    dy, dx = cupy.from_dlpack(dy_t), cupy.from_dlpack(dx_t)
+    assert dy.dtype.str == "<V2"  # what the interface would say, and no dtype of ours
+    fn.launch(k.grid(N, CHUNK), k.block, (dy, dx, CHUNK, C_TOTAL, OFFSET))
+    torch.cuda.synchronize()
+    assert torch.equal(dx_t.view(torch.int16), dy_t[:, OFFSET : OFFSET + CHUNK].view(torch.int16))
+    void = cupy.zeros((N, C_TOTAL), dtype="V2")
+    with pytest.raises(TypeError, match=r"got a ndarray of .V2"):
+        fn.launch(k.grid(N, CHUNK), k.block, (void, dx, CHUNK, C_TOTAL, OFFSET))
+
+
 # --- prepared launches ----------------------------------------------------------------
 
 

@@ -373,6 +373,46 @@ def test_cupy_arrays_in_and_out(dev):
     assert all(cupy.array_equal(a, b) for a, b in zip(out, x))
 
 
+def test_cupy_calls_run_in_the_c_lane_and_leave_other_streams_to_python(dev, monkeypatch):
+    """CuPy calls the Python path ran are the C lane's next time (the Python reader made to
+    fail), with and without out=, bit for bit; while CuPy's current stream is another
+    stream, the call goes through Python, which orders the op after that stream."""
+    cupy = pytest.importorskip("cupy")
+    if ops._lane is None:
+        pytest.skip("the extension is not built: no C lane")
+    rng = np.random.default_rng()
+    for dtype in (np.uint8, np.float32, np.int64):
+        host = rng.integers(0, 2**7, (37, 25)).astype(dtype)
+        dy, sizes = cupy.asarray(host), (5, 17, 3)
+        want = np.split(host, np.cumsum(sizes)[:-1], axis=1)
+        out = [cupy.full(w.shape, 0x5A, dtype=dtype) for w in want]
+        y = cupy.zeros_like(dy)
+        for attempt in range(2):  # the Python path, then the lane alone
+            if attempt:
+                monkeypatch.setattr(ops, "_recognise", lambda *a: pytest.fail("the Python path was taken"))
+            assert all(r is o for r, o in zip(runtime.channel_cat_backward(dy, sizes, 1, out=out), out))
+            made = runtime.channel_cat_backward(dy, sizes, 1)
+            assert runtime.channel_cat_forward(made, 1, out=y) is y
+            joined = runtime.channel_cat_forward(out, 1)
+            cupy.cuda.Device().synchronize()
+            assert all(isinstance(m, cupy.ndarray) for m in (*made, joined))
+            for got in (out, made):
+                assert all(np.array_equal(cupy.asnumpy(g), w) for g, w in zip(got, want))
+            assert np.array_equal(cupy.asnumpy(y), host) and np.array_equal(cupy.asnumpy(joined), host)
+        monkeypatch.undo()
+    ordered = []
+    real_order_after = ops.order_after
+    monkeypatch.setattr(ops, "order_after", lambda *a: ordered.append(a[1:]) or real_order_after(*a))
+    with cupy.cuda.Stream(non_blocking=True) as producer:  # CuPy's current stream, not the op's
+        late = cupy.asarray(host) + 0  # written on the producer stream
+        assert ops._lane.split(late, sizes, 1, None, None) is False  # the lane leaves it to Python
+        got = runtime.channel_cat_backward(late, sizes, 1)
+    assert ordered == [(0, producer.ptr)]  # the op's stream (the default) waits for the producer
+    cupy.cuda.Device().synchronize()
+    assert all(np.array_equal(cupy.asnumpy(g), w) for g, w in zip(got, want))
+    assert producer.ptr != 0
+
+
 def test_cupy_bf16_arrays_are_read_by_their_dtype_name(dev):
     """A CuPy bf16 array (ml_dtypes' bfloat16: '<V2' to the interface) is read from its own
     attributes, not through DLPack: the op runs on it, with and without out=, and gives
@@ -384,7 +424,7 @@ def test_cupy_bf16_arrays_are_read_by_their_dtype_name(dev):
         dy = cupy.from_dlpack(wide)
     except (TypeError, NotImplementedError) as err:
         pytest.skip(f"CuPy {cupy.__version__} takes no bf16 through DLPack ({err})")
-    assert op_arrays._cupy_array(dy) is not None, "read through the interface"
+    assert op_arrays._cupy_array(dy, "dy") is not None, "read through the interface"
     sizes = (3, 17, 9)
     parts = runtime.channel_cat_backward(dy, sizes, 1)
     assert all(isinstance(p, cupy.ndarray) and p.dtype == dy.dtype for p in parts)

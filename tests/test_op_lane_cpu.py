@@ -235,3 +235,88 @@ def test_an_interrupt_while_a_tensor_is_read_reaches_the_caller():
     ):
         with pytest.raises(KeyboardInterrupt):
             call()
+
+
+# --- CuPy arrays ---------------------------------------------------------------------------
+
+
+class _CupyDtype:
+    """A numpy dtype as the lane meets it: a hashable key of the dtype table."""
+
+
+CUPY_F4, CUPY_VOID = _CupyDtype(), _CupyDtype()
+
+
+class _Ndarray:
+    """What the lane reads of a 2-D f32 CuPy array: ``dtype``, ``shape``, ``strides`` (in
+    bytes), ``data.ptr`` and ``data.device_id``."""
+
+    def __init__(self, shape, ptr, dtype=CUPY_F4, contiguous=True, device=0):
+        self.dtype, self.shape = dtype, tuple(shape)
+        self.strides = (4 * shape[1], 4) if contiguous else (8 * shape[1], 4)  # else every other row
+        self.data = type("MemoryPointer", (), {"ptr": ptr, "device_id": device})()
+
+
+class _Cupy:
+    """CuPy's current stream as the ops name it, and the results it makes."""
+
+    def __init__(self):
+        self.stream, self.made = 1, []
+
+    def current_stream(self):
+        return self.stream
+
+    def results(self, like, stream, results):
+        self.made.append((stream, [shape for shape, _ in results]))
+        return [_Ndarray(shape, 0xB0000 + 0x1000 * i) for i, (shape, _) in enumerate(results)]
+
+
+def _cupy_lane():
+    lane, cupy = _lane(), _Cupy()
+    lane.bind_cupy(_Ndarray, {CUPY_F4: F32, CUPY_VOID: None}, cupy.current_stream, cupy.results)
+    return lane, cupy
+
+
+def test_contiguous_cupy_arrays_run_in_the_lane_while_cupys_stream_is_the_ops():
+    """A split of CuPy arrays the Python path ran is the lane's next time, while CuPy's
+    current stream (what their interface names) is the op's stream (its null stream and the
+    default one are one); another stream, an array not contiguous or of a dtype we have not,
+    or one on another device is left to Python, nothing launched."""
+    lane, cupy = _cupy_lane()
+    called = []
+    dy = _Ndarray((4, 10), 0x10000)
+    out = [_Ndarray((4, 3), 0x20000), _Ndarray((4, 7), 0x30000)]
+    seen = [(0x10000, (4, 10)), (0x20000, (4, 3)), (0x30000, (4, 7))]
+    device = _Device()
+    assert lane.remember_split(dy, [3, 7], 1, out, None, _Route, device, seen, [],
+                               lambda *a: called.append(a)) is True  # fmt: skip
+    assert lane.split(dy, [3, 7], 1, out, None) is True
+    assert called == [(0x10000, 0x20000, 0x30000)]
+    cupy.stream = 0x5000  # CuPy's current stream another: Python orders the op after it
+    assert lane.split(dy, [3, 7], 1, out, None) is False
+    cupy.stream = 1
+    transposed = _Ndarray((4, 10), 0x10000)
+    transposed.strides = (4, 16)
+    for other in (
+        _Ndarray((4, 10), 0x10000, contiguous=False),
+        transposed,
+        _Ndarray((4, 10), 0x10000, dtype=CUPY_VOID),
+        _Ndarray((4, 10), 0x10000, dtype=_CupyDtype()),
+        _Ndarray((4, 10), 0x10000, device=1),
+    ):
+        assert lane.split(other, [3, 7], 1, out, None) is False
+    assert len(called) == 1
+
+
+def test_cupy_results_are_made_by_cupys_allocator_on_the_ops_stream():
+    """Without ``out``, the lane has CuPy make the results (runtime.outputs.cupy_results) on
+    the op's stream, row-major, and launches into them."""
+    lane, cupy = _cupy_lane()
+    called = []
+    dy = _Ndarray((4, 10), 0x10000)
+    assert lane.remember_split(dy, [3, 7], 1, None, None, _Route, _Device(), [(0x10000, (4, 10))],
+                               [0x90000, 0xA0000], lambda *a: called.append(a)) is True  # fmt: skip
+    results = lane.split(dy, [3, 7], 1, None, None)
+    assert [r.shape for r in results] == [(4, 3), (4, 7)]
+    assert cupy.made == [(0, [(4, 3), (4, 7)])]
+    assert called == [(0x10000, 0xB0000, 0xB1000)]

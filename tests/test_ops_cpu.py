@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import sys
 from types import SimpleNamespace
+from typing import NamedTuple
 
 import pytest
 from strided_util import StridedBuffer, run_strided_step
@@ -138,8 +139,8 @@ def test_inputs_may_share_memory_but_valid_calls_reach_the_device(monkeypatch):
     class Reached(Exception):
         pass
 
-    def device_for(op, named):
-        raise Reached([name for name, _ in named])
+    def device_for(op, arrays):
+        raise Reached([a.what for a in arrays])
 
     monkeypatch.setattr(ops, "_device_for", device_for)
     x = FakeArray((2, 3, 5), ptr=1 << 40)
@@ -157,23 +158,23 @@ def test_the_device_of_a_call_is_the_one_every_array_names(monkeypatch):
     opened = []
     monkeypatch.setattr(op_arrays, "device_of", lambda ordinal: opened.append(ordinal) or f"device {ordinal}")
 
-    def arr(ordinal, device=None, nbytes=16):
+    def arr(what, ordinal, device=None, nbytes=16):
         return op_arrays._Array(
-            None, (4,), ptxgen.resolve_dtype("f32"), 1 << 40, False, device, ordinal, nbytes
+            None, (4,), ptxgen.resolve_dtype("f32"), 1 << 40, False, device, ordinal, nbytes, what=what
         )
 
     own = SimpleNamespace(ordinal=1)
-    assert op_arrays._device_for("op", [("a", arr(1)), ("b", arr(1))]) == "device 1"
-    assert op_arrays._device_for("op", [("a", arr(1, own)), ("b", arr(1, own))]) is own
-    assert op_arrays._device_for("op", [("a", arr(1)), ("b", arr(1, own))]) is own
-    assert op_arrays._device_for("op", [("a", arr(1, own)), ("b", arr(1))]) is own
-    assert op_arrays._device_for("op", [("a", arr(None, nbytes=0)), ("b", arr(2))]) == "device 2"
+    assert op_arrays._device_for("op", [arr("a", 1), arr("b", 1)]) == "device 1"
+    assert op_arrays._device_for("op", [arr("a", 1, own), arr("b", 1, own)]) is own
+    assert op_arrays._device_for("op", [arr("a", 1), arr("b", 1, own)]) is own
+    assert op_arrays._device_for("op", [arr("a", 1, own), arr("b", 1)]) is own
+    assert op_arrays._device_for("op", [arr("a", None, nbytes=0), arr("b", 2)]) == "device 2"
     assert opened == [1, 2]
-    for named in ([("a", arr(0)), ("b", arr(1))], [("a", arr(1, own)), ("b", arr(0))]):
+    for arrays in ([arr("a", 0), arr("b", 1)], [arr("a", 1, own), arr("b", 0)]):
         with pytest.raises(
             ValueError, match=r"the arrays live on different devices \(a on device \d, b on device \d\)"
         ):
-            op_arrays._device_for("op", named)
+            op_arrays._device_for("op", arrays)
 
 
 # --- the planner -------------------------------------------------------------------------
@@ -413,7 +414,7 @@ def emulated(monkeypatch, fresh_plans):
     # PTX interpreter in tests/test_fastcat_plans.py.
     monkeypatch.setattr(plan, "VARIANTS", [plan.SEED])
     device = EmulatedDevice()
-    monkeypatch.setattr(ops, "_device_for", lambda op, named: device)
+    monkeypatch.setattr(ops, "_device_for", lambda op, arrays: device)
     return device
 
 
@@ -563,7 +564,7 @@ def test_grids_past_the_device_limit_become_several_launches(
     the op's one call, in order."""
     monkeypatch.setattr(plan, "VARIANTS", [plan.SEED])  # the seed's grid limits are what is tested
     device = EmulatedDevice(max_grid_x=rows_per_launch)
-    monkeypatch.setattr(ops, "_device_for", lambda op, named: device)
+    monkeypatch.setattr(ops, "_device_for", lambda op, arrays: device)
     data = np.random.default_rng().integers(0, 2**63, (23, 40), dtype=np.uint64)
     pieces = runtime.channel_cat_backward(device.array((23, 40), "i64", data), [39, 1])
     assert np.array_equal(device.read(pieces[0], np.uint64), data[:, :39])
@@ -593,7 +594,7 @@ def test_arrays_that_name_a_stream_are_ordered_before_the_launch(emulated, monke
     after every check passed and before the launch."""
     calls = []
     monkeypatch.setattr(
-        op_arrays, "order_after", lambda device, consumer, producer: calls.append((consumer, producer))
+        ops, "order_after", lambda device, consumer, producer: calls.append((consumer, producer))
     )
     data = np.arange(40, dtype=np.float32).reshape(4, 10)
     dy = emulated.array((4, 10), "f32", data)
@@ -730,7 +731,7 @@ def test_the_c_lane_leaves_a_closed_devices_calls_to_python(emulated, monkeypatc
     assert ops._lane.split(dy, [3, 7], 1, out, None) is False
     other = EmulatedDevice()
     other.closed = False
-    monkeypatch.setattr(ops, "_device_for", lambda op, named: other)
+    monkeypatch.setattr(ops, "_device_for", lambda op, arrays: other)
     dy = _device_array(other, (4, 10), "f32")
     out = [_device_array(other, (4, 3), "f32"), _device_array(other, (4, 7), "f32")]
     assert ops._lane.split(dy, [3, 7], 1, out, None) is False
@@ -1109,6 +1110,29 @@ def test_an_extent_of_1_does_not_decide_the_memory_order(emulated):
 # --- CuPy arrays, read through CuPy's own attributes ---------------------------------------
 
 
+@pytest.fixture
+def stand_in_cupy(monkeypatch):
+    """Puts a stand-in CuPy where the readers look, and keeps it from the C lane (which a
+    CuPy array read binds to its class): the real CuPy is bound again when next read."""
+    monkeypatch.setattr(op_arrays, "_cupy_seen", [])
+    monkeypatch.setattr(op_arrays, "_cupy_class", [None])
+
+    def put(cupy):
+        monkeypatch.setitem(sys.modules, "cupy", cupy)
+        return cupy
+
+    return put
+
+
+class _StandInDtype(NamedTuple):
+    """What the readers ask of a numpy dtype."""
+
+    str: str
+    kind: str
+    name: str
+    itemsize: int
+
+
 class _StandInCupy:
     """Enough of CuPy for the ops' reader: ``ndarray``, and ``cuda.get_current_stream``."""
 
@@ -1121,13 +1145,12 @@ class _StandInCupy:
                 itemsize = int(typestr[2:])
                 self.shape, self.size = tuple(shape), math.prod(shape)
                 name = name or f"{typestr[1]}{8 * itemsize}"  # numpy's: float32, void16, ...
-                self.dtype = SimpleNamespace(str=typestr, kind=typestr[1], name=name, itemsize=itemsize)
+                self.dtype = _StandInDtype(typestr, typestr[1], name, itemsize)  # hashable, as numpy's
                 self.nbytes = self.size * itemsize
                 dense = tuple(math.prod(shape[i + 1 :]) * itemsize for i in range(len(shape)))
                 self.strides = strides or dense
                 self.flags = SimpleNamespace(c_contiguous=self.strides == dense)
-                self.data = SimpleNamespace(ptr=ptr)
-                self.device = SimpleNamespace(id=device)
+                self.data = SimpleNamespace(ptr=ptr, device_id=device)  # a MemoryPointer
 
             @property
             def __cuda_array_interface__(self):
@@ -1136,29 +1159,43 @@ class _StandInCupy:
         self.ndarray = ndarray
 
 
-def test_a_cupy_array_is_read_from_its_attributes_with_its_device_and_stream(monkeypatch):
+def test_a_cupy_array_is_read_from_its_attributes_with_its_device_and_stream(stand_in_cupy):
     cupy = _StandInCupy()
-    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    stand_in_cupy(cupy)
     a = op_arrays._recognise("op", "dy", cupy.ndarray((6, 10), "<f4", 1 << 40, device=1), 0)
     assert (a.shape, a.dtype.name, a.ptr, a.ordinal, a.nbytes) == ((6, 10), "f32", 1 << 40, 1, 240)
     assert a.stream == 1 and a.strides is None and a.order is None  # the null stream: legacy
     cupy_on_stream = _StandInCupy(current_stream=0x5000)
-    monkeypatch.setitem(sys.modules, "cupy", cupy_on_stream)
+    stand_in_cupy(cupy_on_stream)
     b = op_arrays._recognise("op", "dy", cupy_on_stream.ndarray((6, 10), "<f4", 1 << 40), 0)
     assert b.stream == 0x5000 and 0x5000 in runtime.stream.known_stream_handles()
     # channels_last (N, C, H, W) in byte strides: its memory order
-    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    stand_in_cupy(cupy)
     c = op_arrays._recognise(
         "op", "x", cupy.ndarray((2, 3, 4, 5), "<f2", 1 << 40, strides=(120, 2, 30, 6)), 0
     )
     assert c.order == (0, 2, 3, 1) and c.strides == (60, 1, 15, 3)
 
 
-def test_a_cupy_bf16_or_fp8_array_is_known_by_its_dtype_name(monkeypatch):
+def test_the_first_cupy_array_read_binds_what_waits_for_cupy(stand_in_cupy):
+    """The C lane learns CuPy's class when the reader first reads one of its arrays, once;
+    another CuPy (a test's stand-in) is bound in its turn."""
+    seen = []
+    op_arrays._cupy_seen.append(seen.append)  # the fixture's own list
+    cupy = stand_in_cupy(_StandInCupy())
+    for _ in range(2):
+        op_arrays._recognise("op", "dy", cupy.ndarray((2, 2), "<f4", 1 << 40), 0)
+    assert seen == [cupy.ndarray]
+    other = stand_in_cupy(_StandInCupy())
+    op_arrays._recognise("op", "dy", other.ndarray((2, 2), "<f4", 1 << 40), 0)
+    assert seen == [cupy.ndarray, other.ndarray]
+
+
+def test_a_cupy_bf16_or_fp8_array_is_known_by_its_dtype_name(stand_in_cupy):
     """CAI cannot spell bf16 and fp8 (ml_dtypes gives '<V2', '<V1' and '<f1'); ml_dtypes
     names them, and the reader takes them by that name rather than through DLPack."""
     cupy = _StandInCupy()
-    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    stand_in_cupy(cupy)
     bf16 = op_arrays._recognise("op", "dy", cupy.ndarray((4, 4), "<V2", 1 << 40, name="bfloat16"), 0)
     assert (bf16.dtype.name, bf16.nbytes) == ("bf16", 32)
     e4m3 = op_arrays._recognise("op", "dy", cupy.ndarray((4, 4), "<V1", 1 << 40, name="float8_e4m3fn"), 0)
@@ -1167,15 +1204,53 @@ def test_a_cupy_bf16_or_fp8_array_is_known_by_its_dtype_name(monkeypatch):
     assert (e5m2.dtype.name, e5m2.nbytes) == ("e5m2", 16)
 
 
-def test_a_cupy_array_the_reader_does_not_take_goes_to_the_interface(monkeypatch):
+def test_a_cupy_dtype_is_looked_up_once(monkeypatch):
+    """The launch's and the ops' readers share one table from a CuPy array's dtype to
+    ours: bf16 and fp8 by name, a nameless void type none; each dtype resolved once."""
+    from runtime import arrays
+
+    monkeypatch.setattr(arrays, "_cupy_dtypes", {})
+    f4, bf16 = _StandInDtype("<f4", "f", "float32", 4), _StandInDtype("<V2", "V", "bfloat16", 2)
+    void = _StandInDtype("<V2", "V", "void16", 2)
+    assert [arrays.dtype_of_cupy(d) for d in (f4, bf16, void)] == [ptxgen.resolve_dtype("f32"),
+                                                                   ptxgen.resolve_dtype("bf16"), None]  # fmt: skip
+    monkeypatch.setattr(arrays, "resolve_dtype", lambda d: pytest.fail("resolved again"))
+    assert arrays.dtype_of_cupy(_StandInDtype("<V2", "V", "bfloat16", 2)).name == "bf16"
+    assert arrays.dtype_of_cupy(void) is None
+
+
+def test_a_cupy_array_the_reader_does_not_take_goes_to_the_interface(stand_in_cupy):
     cupy = _StandInCupy()
-    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    stand_in_cupy(cupy)
     void = cupy.ndarray((4, 4), "<V2", 1 << 40)  # a void type of no dtype's name
     with pytest.raises(TypeError, match="not the interface"):  # the interface was asked
         op_arrays._recognise("op", "dy", void, 0)
     gappy = cupy.ndarray((4, 4), "<f4", 1 << 40, strides=(32, 4))  # pitched rows
     with pytest.raises(TypeError, match="not the interface"):  # the interface was asked
         op_arrays._recognise("op", "dy", gappy, 0)
+
+
+def test_a_route_keeps_its_launch_per_device_stream_and_alignment(emulated, monkeypatch):
+    """A call of a known route on the Python path asks the plan table once per stream and
+    addresses modulo 16; another device (another object) asks it again."""
+    from runtime import op_routes
+
+    monkeypatch.setattr(ops, "_lane", None)
+    asked, real = [], ops._compiled
+    monkeypatch.setattr(ops, "_compiled", lambda *a: asked.append(a[0]) or real(*a))
+    dy = emulated.array((4, 10), "f32")
+    out = [emulated.array((4, 3), "f32"), emulated.array((4, 7), "f32")]
+    for _ in range(3):
+        runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
+    runtime.channel_cat_backward(dy, [3, 7], 1, out=out, stream=7)
+    assert asked == [emulated, emulated]
+    (route,) = op_routes._routes.values()
+    assert sorted(key[0] for key in route.launches) == [0, 7]
+    other = EmulatedDevice()
+    other.pool, other.allocations = emulated.pool, emulated.allocations  # the same memory, another device
+    monkeypatch.setattr(ops, "_device_for", lambda op, arrays: other)
+    runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
+    assert asked == [emulated, emulated, other]
 
 
 def test_an_empty_array_beside_permuted_ones_is_in_their_order(emulated):

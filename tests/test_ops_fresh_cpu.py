@@ -63,7 +63,7 @@ def emulated_c_path(monkeypatch, device, tensor, current_stream):
         pytest.skip(launch.compiled_launch_available())
     monkeypatch.setattr(plan, "VARIANTS", [plan.SEED])
     device.closed = False
-    monkeypatch.setattr(ops, "_device_for", lambda op, named: device)
+    monkeypatch.setattr(ops, "_device_for", lambda op, arrays: device)
     tensor_class = [tensor]
     monkeypatch.setattr(op_arrays, "_tensor_class", tensor_class)
     old = launch.use_compiled_launch(True)

@@ -487,3 +487,64 @@ def test_an_array_of_a_closed_stream_is_freed_after_its_last_event(drv, monkeypa
     address = a.address
     del a
     assert drv.calls == [("wait", 0, "last work"), ("free", address, 0, "relaxed")]
+
+
+def test_cupy_results_are_made_on_the_ops_stream_through_the_stream_protocol(monkeypatch):
+    """CuPy's results are made with the op's stream current: as it is where CuPy's current
+    stream is the op's; else the legacy default stream as CuPy's null stream, another
+    handle through ``Stream.from_external`` (the CUDA stream protocol), or through
+    ``ExternalStream`` on a CuPy that has no ``from_external``."""
+    current = []
+
+    class Stream:
+        def __init__(self, ptr):
+            self.ptr = ptr
+
+        def __enter__(self):
+            current.append(self.ptr)
+
+        def __exit__(self, *exc):
+            current.pop()
+
+        @staticmethod
+        def from_external(obj):
+            return Stream(obj.__cuda_stream__()[1])
+
+    Stream.null = Stream(0)
+
+    class Device:
+        def __init__(self, ordinal):
+            self.ordinal = ordinal
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+    made = []
+    cuda = types.SimpleNamespace(
+        Device=Device, Stream=Stream, get_current_stream=lambda: Stream(current[-1] if current else 0)
+    )
+
+    def empty(shape, dtype):
+        made.append((shape, dtype, current[-1] if current else 0))
+        return types.SimpleNamespace(data=types.SimpleNamespace(ptr=0x3000))
+
+    fake = types.SimpleNamespace(cuda=cuda, empty=empty)
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    like = types.SimpleNamespace(device=types.SimpleNamespace(id=0), dtype="float32")
+    results = (((4, 2), (2, 1)), ((4, 4), (4, 1)))
+    # (CuPy's current stream, the op's, where the results are made)
+    for cupys, handle, where in ((0, 0, 0), (0x55, 0, 0), (0x55, 1, 0), (0, 0x77, 0x77)):
+        made.clear()
+        current[:] = [cupys]
+        outputs.cupy_results(like, handle, results)
+        assert made == [((4, 2), "float32", where), ((4, 4), "float32", where)]
+        assert current == [cupys]
+    del Stream.from_external
+    cuda.ExternalStream = lambda handle: Stream(handle)  # a CuPy before 14
+    made.clear()
+    current[:] = [0]
+    outputs.cupy_results(like, 0x88, results)
+    assert [m[2] for m in made] == [0x88, 0x88]

@@ -3,8 +3,9 @@ DeviceArrays, and what ``Device.empty`` and its drop cost part by part.
 
     python lab/cupy_probe.py [--calls N]
 
-For each case: host µs per call (median of five runs of N back-to-back calls, the stream
-synchronised after each run), then cProfile's top functions over N calls. Then one
+For each case: host µs per call (median of seven runs of N back-to-back calls, the stream
+synchronised around each run), then cProfile's top functions over 3,000 calls (both as
+``profile_python_path.py`` times and profiles). Then one
 array's read by the ops (``op_arrays._recognise``) for each kind and dtype. A study: it
 writes no record.
 """
@@ -12,13 +13,7 @@ writes no record.
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
-import pstats
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -30,31 +25,8 @@ import runtime
 from runtime import ops
 from runtime.op_arrays import _recognise
 
-
-def host_us(call: Callable[[], object], calls: int) -> float:
-    for _ in range(100):
-        call()
-    runs = []
-    for _ in range(5):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            call()
-        runs.append((time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(runs)
-
-
-def profile(call: Callable[[], object], calls: int, lines: int = 14) -> str:
-    p = cProfile.Profile()
-    p.enable()
-    for _ in range(calls):
-        call()
-    p.disable()
-    torch.cuda.synchronize()
-    text = io.StringIO()
-    pstats.Stats(p, stream=text).sort_stats("tottime").print_stats(lines)
-    return "\n".join(text.getvalue().splitlines()[4:])
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from profile_python_path import per_call, top  # the same timing and profile
 
 
 def kinds(t: torch.Tensor, dev: runtime.Device) -> dict[str, object]:
@@ -81,12 +53,12 @@ def main() -> None:
                 (f"split 6400x(64*4) {dtype} {kind} alloc", lambda d=d, s=sizes: bwd(d, s, 1)),
                 (f"concat 6400x(64*4) {dtype} {kind} out=", lambda d=d, o=o: fwd(o, 1, out=d)),
             ):
-                host = host_us(call, args.calls)
+                host = per_call(call, args.calls)
                 print(f"\n=== {label}: host {host:.2f} us/call", flush=True)
                 if kind == "cupy" or ("out=" in label and kind == "torch" and dtype == torch.bfloat16):
-                    print(profile(call, args.calls), flush=True)
+                    print(top(call, 14), flush=True)
             for label, value in (("dy", d), ("out[0]", o[0])):
-                us = host_us(lambda value=value, what=label: _recognise("op", what, value, 0), 20000)
+                us = per_call(lambda value=value, what=label: _recognise("op", what, value, 0), 20000)
                 print(f"read {kind} {dtype} {label}: {us:.3f} us", flush=True)
     # the Python path alone (no C lane) on DeviceArrays and torch
     lane = ops._lane
@@ -99,21 +71,21 @@ def main() -> None:
             for kind in ("torch", "device_array"):
                 d, o = dys[kind], [x[kind] for x in outs]
                 call = lambda d=d, o=o: bwd(d, [12, 20], 1, out=o)  # noqa: E731
-                host = host_us(call, args.calls)
+                host = per_call(call, args.calls)
                 print(f"\n=== Python path split 64x(12+20) f32 {kind} out=: host {host:.2f}")
-                print(profile(call, args.calls, 20), flush=True)
+                print(top(call, 20), flush=True)
     finally:
         ops._lane = lane
     # Device.empty and its drop
     for shape in ((512, 128), (6400, 64)):
         call = lambda shape=shape: dev.empty(shape, "bf16")  # noqa: E731
-        print(f"\n=== Device.empty {shape} bf16 + drop: host {host_us(call, args.calls):.2f}")
-        print(profile(call, args.calls, 22), flush=True)
+        print(f"\n=== Device.empty {shape} bf16 + drop: host {per_call(call, args.calls):.2f}")
+        print(top(call, 22), flush=True)
     for label, call in (
         ("torch.empty + drop", lambda: torch.empty((512, 128), dtype=torch.bfloat16, device="cuda")),
         ("cupy.empty + drop", lambda: cupy.empty((512, 128), dtype=cupy.float32)),
     ):
-        print(f"=== {label}: host {host_us(call, args.calls):.2f}", flush=True)
+        print(f"=== {label}: host {per_call(call, args.calls):.2f}", flush=True)
 
 
 if __name__ == "__main__":

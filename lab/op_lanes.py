@@ -11,7 +11,7 @@ the call), ``c_lane`` the lane's method alone, ``python`` the op with the lane o
 move to Python; the lane's two calls a call, answering False and being handed the call,
 stay), ``python_alone`` the op with no lane at all (``ops._lane = None``: the path as
 it runs where the extension is not built). Each figure: median over 15 batches of 250
-calls, the stream drained before each batch, the lanes interleaved. A study: it writes
+calls, the stream drained before each batch, the four interleaved batch by batch. A study: it writes
 no record.
 """
 
@@ -33,10 +33,15 @@ import runtime
 from runtime import ops
 
 
-def measure(paths: dict[str, Callable[[], object]], reps: int = 15, batch: int = 250) -> dict[str, float]:
+def measure(paths: dict[str, Callable[[], object]], lanes: dict[str, Callable[[], object]],
+            reps: int = 15, batch: int = 250) -> dict[str, float]:  # fmt: skip
+    """Each path's host µs per call; a path's batch runs with its lane set (``lanes[name]``
+    puts the lane in place before the batch), the paths interleaved batch by batch, so a
+    drift of the host's speed falls on all of them alike."""
     samples: dict[str, list[float]] = {k: [] for k in paths}
     for rep in range(reps + 1):
         for name, call in paths.items():
+            lanes[name]()
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             for _ in range(batch):
@@ -51,18 +56,24 @@ def measure(paths: dict[str, Callable[[], object]], reps: int = 15, batch: int =
 def lanes(op: Callable[[], object], lane: Callable[[], object]) -> dict[str, float]:
     op()  # the Python path runs it and hands it to the lane
     assert lane() is not False, "the C lane did not take the call"
-    row = measure({"op": op, "c_lane": lane})
-    ops._lane.enabled = False
+    lane_object = ops._lane
+
+    def c_on() -> None:
+        ops._lane, lane_object.enabled = lane_object, True
+
+    def c_off() -> None:
+        ops._lane, lane_object.enabled = lane_object, False
+
+    def no_lane() -> None:  # the path as it runs where the extension is not built
+        ops._lane, lane_object.enabled = None, True
+
     try:
-        row |= measure({"python": op})
+        return measure(
+            {"op": op, "c_lane": lane, "python": op, "python_alone": op},
+            {"op": c_on, "c_lane": c_on, "python": c_off, "python_alone": no_lane},
+        )
     finally:
-        ops._lane.enabled = True
-    lane_object, ops._lane = ops._lane, None  # the path as it runs where the extension is not built
-    try:
-        row |= measure({"python_alone": op})
-    finally:
-        ops._lane = lane_object
-    return row
+        c_on()
 
 
 def lanes_split(dy, sizes, out, stream) -> dict[str, float]:

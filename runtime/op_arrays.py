@@ -32,7 +32,7 @@ class _Array:
     two or more of these per call, and a frozen dataclass costs several times more)."""
 
     __slots__ = (
-        "device", "dtype", "nbytes", "obj", "order", "ordinal", "ptr", "readonly", "shape", "stream",
+        "_nbytes", "device", "dtype", "obj", "order", "ordinal", "ptr", "readonly", "shape", "stream",
         "strides", "what",
     )  # fmt: skip
 
@@ -45,7 +45,7 @@ class _Array:
         readonly: bool,
         device: Device | None,  # known for a DeviceArray
         ordinal: int | None,  # known for a DeviceArray, torch and DLPack; CAI does not say
-        nbytes: int,
+        nbytes: int | None,  # None: its elements' bytes, worked out where asked (rarely)
         stream: int | None = None,  # CAI v3: the producer's stream, to be ordered after
         strides: tuple[int, ...] | None = None,  # in elements, where not row-major
         order: tuple[int, ...] | None = None,  # its dims in memory order, where not row-major
@@ -59,11 +59,23 @@ class _Array:
         self.readonly = readonly
         self.device = device
         self.ordinal = ordinal
-        self.nbytes = nbytes
+        self._nbytes = nbytes
         self.stream = stream
         self.strides = strides
         self.order = order
         self.what = what
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes it spans: its elements' (a pitched array's rows and the gaps between
+        them, once :func:`_wide_pitch` has read it as row-major). Worked out where asked:
+        a call of a known route asks only for a misaligned address."""
+        n = self._nbytes
+        return n if n is not None else math.prod(self.shape) * self.dtype.itemsize
+
+    @nbytes.setter
+    def nbytes(self, value: int) -> None:
+        self._nbytes = value
 
 
 _torch_dtypes = torch_dtype_table()  # torch dtype -> ours (None: none), filled by dtype_of_torch
@@ -107,11 +119,12 @@ def _seen_cupy(ndarray: type) -> None:
             _cupy_class[0] = ndarray
 
 
-def _torch_array(value: Any, what: str) -> _Array | None:
+def _torch_array(value: Any, what: str, written: bool) -> _Array | None:
     """A CUDA tensor read through torch's own attributes (no interface dict built: torch's
     own exports cost tens of µs), or None when it is anything else: the general path then
     accepts it or says why not. Strides that are not dense in any order are kept (order
-    None): a pitched wide array, or the not-dense error of :func:`_recognise`."""
+    None): a pitched wide array, or the not-dense error of :func:`_recognise`. Whether
+    it may be written is read only where it is ``written`` (an output), as the C lane does."""
     try:
         torch_dtype = value.dtype
         dtype = _torch_dtypes.get(torch_dtype) or dtype_of_torch(torch_dtype)  # a miss: looked up once
@@ -124,8 +137,8 @@ def _torch_array(value: Any, what: str) -> _Array | None:
         # torch.Size is a tuple: kept as it is. A tensor that requires grad counts as
         # read-only: it may be read, but an op writing it would do so behind autograd.
         return _Array(
-            value, value.shape, dtype, value.data_ptr(), value.requires_grad, None, value.get_device(),
-            value.nbytes, None, strides, order, what,
+            value, value.shape, dtype, value.data_ptr(), written and value.requires_grad, None,
+            value.get_device(), None, None, strides, order, what,
         )  # fmt: skip
     except Exception:  # a meta, fake or sparse tensor: the general path names the problem
         return None
@@ -155,24 +168,25 @@ def _cupy_array(value: Any, what: str) -> _Array | None:
                 return None
         memory = value.data
         return _Array(
-            value, shape, dtype, int(memory.ptr), False, None, memory.device_id, value.nbytes,
+            value, shape, dtype, int(memory.ptr), False, None, memory.device_id, None,
             cupy_current_stream(), strides, order, what,
         )  # fmt: skip
     except Exception:  # an older CuPy, a subclass that behaves otherwise: the interface decides
         return None
 
 
-def _recognise(op: str, what: str, value: Any, stream: int) -> _Array:
+def _recognise(op: str, what: str, value: Any, stream: int, written: bool = True) -> _Array:
     """Read an array argument, or raise naming it and what is accepted. Arrays of any
     strides are read: where not row-major, ``strides`` holds them and ``order`` their
-    memory order where they are dense in one (None otherwise)."""
+    memory order where they are dense in one (None otherwise). An input (not ``written``)
+    is not asked whether it may be written."""
     cls = value.__class__
     if cls is DeviceArray:
         key = value.launch_key  # (device, dtype) while open and not empty
         if key is not None:
             device, dtype = key
             return _Array(
-                value, value.shape, dtype, value.address, False, device, device.ordinal, value.nbytes,
+                value, value.shape, dtype, value.address, False, device, device.ordinal, None,
                 None, None, None, what,
             )  # fmt: skip
         if value.closed:
@@ -181,9 +195,9 @@ def _recognise(op: str, what: str, value: Any, stream: int) -> _Array:
             value, value.shape, DTYPES[value.dtype], 0, False, value.device, value.device.ordinal, 0,
             what=what,
         )  # fmt: skip
-    tensor = torch_tensor_class()
+    tensor = _tensor_class[0] or torch_tensor_class()
     if tensor is not None and (cls is tensor or isinstance(value, tensor)):  # nn.Parameter too
-        found = _torch_array(value, what)
+        found = _torch_array(value, what, written)
         if found is not None:
             return found
     cupy = sys.modules.get("cupy")

@@ -190,7 +190,7 @@ def channel_cat_backward(
         if done is not False:
             return list(out) if out is not None else done
     handle = stream_handle(stream)
-    src = _recognise(op, "dy", dy, handle)
+    src = _recognise(op, "dy", dy, handle, written=False)
     names = _names(_OUT_NAMES, "out", len(out)) if _is_sequence(out) else ()
     outs = _read_each(op, out, names, handle) if names else None
     key = None
@@ -231,7 +231,7 @@ def channel_cat_forward(xs: Sequence[Any], dim: int = 1, *, out: Any = None, str
     if not xs:
         raise ValueError(f"{op}: xs is empty; give at least one array to concatenate")
     xs_names = _names(_XS_NAMES, "xs", len(xs))
-    inputs = [_recognise(op, what, x, handle) for what, x in zip(xs_names, xs)]
+    inputs = [_recognise(op, what, x, handle, written=False) for what, x in zip(xs_names, xs)]
     dst = _read_each(op, [out], ["out"], handle) if out is not None else None
     key = None
     if out is None or dst is not None:

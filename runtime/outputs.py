@@ -139,12 +139,21 @@ def cupy_results(
 
 
 def _cupy_outputs(cupy: Any, like: Any, stream: int, shapes: Sequence[tuple[int, ...]]) -> list[Any]:
+    # Made on like's device: made current only where it is not (a Device context costs
+    # CuPy two runtime calls and a Python object a call).
+    device = like.data.device_id
+    if cupy.cuda.runtime.getDevice() != device:
+        with cupy.cuda.Device(device):
+            return _cupy_empty(cupy, like, stream, shapes)
+    return _cupy_empty(cupy, like, stream, shapes)
+
+
+def _cupy_empty(cupy: Any, like: Any, stream: int, shapes: Sequence[tuple[int, ...]]) -> list[Any]:
     # CuPy's pool keeps an arena per stream: the one current at allocation, the op's.
-    with cupy.cuda.Device(like.device.id):
-        if same_stream(cupy.cuda.get_current_stream().ptr, stream):
-            return [cupy.empty(s, dtype=like.dtype) for s in shapes]
-        with _cupy_stream(cupy, stream):
-            return [cupy.empty(s, dtype=like.dtype) for s in shapes]
+    if same_stream(cupy.cuda.get_current_stream().ptr, stream):
+        return [cupy.empty(s, dtype=like.dtype) for s in shapes]
+    with _cupy_stream(cupy, stream):
+        return [cupy.empty(s, dtype=like.dtype) for s in shapes]
 
 
 class _StreamHandle:

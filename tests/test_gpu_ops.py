@@ -311,7 +311,9 @@ def test_the_c_lane_checks_and_writes_exactly(dev, torch, monkeypatch, dtype):
             for a in (*da_outs, da_y):
                 a.fill_bytes(0xA5)
             if ops._lane is not None and ops._lane.enabled:
-                monkeypatch.setattr(ops, "_recognise", lambda *a: pytest.fail("the Python path was taken"))
+                monkeypatch.setattr(
+                    ops, "_recognise", lambda *a, **k: pytest.fail("the Python path was taken")
+                )
         result = runtime.channel_cat_backward(dy, list(sizes), 1, out=outs)
         assert len(result) == 3 and all(r is o for r, o in zip(result, outs))
         assert runtime.channel_cat_forward(outs, -1, out=y) is y
@@ -389,7 +391,9 @@ def test_cupy_calls_run_in_the_c_lane_and_leave_other_streams_to_python(dev, mon
         y = cupy.zeros_like(dy)
         for attempt in range(2):  # the Python path, then the lane alone
             if attempt:
-                monkeypatch.setattr(ops, "_recognise", lambda *a: pytest.fail("the Python path was taken"))
+                monkeypatch.setattr(
+                    ops, "_recognise", lambda *a, **k: pytest.fail("the Python path was taken")
+                )
             assert all(r is o for r, o in zip(runtime.channel_cat_backward(dy, sizes, 1, out=out), out))
             made = runtime.channel_cat_backward(dy, sizes, 1)
             assert runtime.channel_cat_forward(made, 1, out=y) is y

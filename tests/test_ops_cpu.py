@@ -648,7 +648,7 @@ def test_the_c_lane_launches_what_the_python_path_would(
     real = ops._recognise
     for i in range(2):  # run by the Python path, then remembered
         if i and launch_path == "compiled":
-            monkeypatch.setattr(ops, "_recognise", lambda *a: pytest.fail("the Python path was taken"))
+            monkeypatch.setattr(ops, "_recognise", lambda *a, **k: pytest.fail("the Python path was taken"))
         before = len(emulated.launches)
         assert runtime.channel_cat_backward(dy, list(sizes), dim, out=out, stream=7) == out
         assert runtime.channel_cat_forward(out, dim, out=y, stream=7) is y
@@ -814,7 +814,7 @@ def test_the_c_lane_takes_torch_tensors_and_device_arrays_together(mixed, monkey
     y = _FakeTensor(mixed, (4, 10), "f32")
     for i in range(2):  # run by the Python path, then remembered: compiled, the C lane's alone
         if i and launch_path == "compiled":
-            monkeypatch.setattr(ops, "_recognise", lambda *a: pytest.fail("the Python path was taken"))
+            monkeypatch.setattr(ops, "_recognise", lambda *a, **k: pytest.fail("the Python path was taken"))
         runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
         runtime.channel_cat_forward(out, 1, out=y)
     assert np.array_equal(mixed.read(out[0], np.float32), data[:, :3])
@@ -838,7 +838,7 @@ def test_a_first_torch_call_is_handed_to_the_c_lane(emulated, monkeypatch, launc
     assert tensor_class == [_FakeTensor]
     if launch_path == "compiled":
         assert ops._lane.remembered == 1
-        monkeypatch.setattr(ops, "_recognise", lambda *a: pytest.fail("the Python path was taken"))
+        monkeypatch.setattr(ops, "_recognise", lambda *a, **k: pytest.fail("the Python path was taken"))
         assert ops._lane.split(dy, [3, 7], 1, out, None) is True
     runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
     assert np.array_equal(emulated.read(out[1]._array, np.float32), data[:, 3:])
@@ -988,7 +988,7 @@ def test_the_c_lane_runs_the_ops_steps_in_c(emulated, monkeypatch, launch_path):
     assert len(first) == 2 and all(c.compiled for b in bindings for c in b.calls)
     for b in bindings:
         b.calls.clear()
-    monkeypatch.setattr(ops, "_recognise", lambda *a: pytest.fail("the Python path was taken"))
+    monkeypatch.setattr(ops, "_recognise", lambda *a, **k: pytest.fail("the Python path was taken"))
     runtime.channel_cat_backward(dy, [3, 7], 1, out=out, stream=7)
     assert [(c.args[:9], c.slots) for b in bindings for c in b.calls] == first
     pointers = sorted(int.from_bytes(c.slots[i], "little") for b in bindings for c in b.calls for i in (0, 1))
@@ -1009,7 +1009,7 @@ def test_the_c_lane_follows_use_compiled_launch(mixed, monkeypatch, launch_path)
     assert ops._lane.split(dy, [3, 7], 1, out, None) is True
     taken = []
     real = ops._recognise
-    monkeypatch.setattr(ops, "_recognise", lambda *a: taken.append(a[1]) or real(*a))
+    monkeypatch.setattr(ops, "_recognise", lambda *a, **k: taken.append(a[1]) or real(*a, **k))
     launch.use_compiled_launch(False)
     try:
         assert ops._lane.enabled is False and launch.compiled_ops().enabled is False
@@ -1036,7 +1036,7 @@ def test_the_c_lane_keeps_each_dtype_apart(mixed, monkeypatch, launch_path):
     out64 = [_device_array(mixed, (4, s), "i64") for s in (3, 7)]
     for i in range(3):
         if i == 2 and launch_path == "compiled":
-            monkeypatch.setattr(ops, "_recognise", lambda *a: pytest.fail("the Python path was taken"))
+            monkeypatch.setattr(ops, "_recognise", lambda *a, **k: pytest.fail("the Python path was taken"))
         runtime.channel_cat_backward(dy32, [3, 7], 1, out=out32)
         runtime.channel_cat_backward(dy64, [3, 7], 1, out=out64)
     assert np.array_equal(mixed.read(out32[0]._array, np.float32), f32[:, :3])
@@ -1064,6 +1064,36 @@ def test_the_c_lane_reads_requires_grad_of_outputs_only(mixed, monkeypatch, laun
     odd = _FakeTensor(mixed, (4, 10), "f32", data)
     odd.shape = [4, 10]  # a list: not what a tensor's shape is
     assert ops._lane.split(odd, [3, 7], 1, out, None) is False
+
+
+def test_the_python_path_asks_only_outputs_whether_they_require_grad(mixed, monkeypatch):
+    """As the C lane: an input is read whatever its requires_grad (so it is not asked: a
+    read a tensor costs), an output is asked, and refused where it requires grad."""
+
+    class Asked(_FakeTensor):
+        asked = 0
+
+        @property
+        def requires_grad(self):
+            Asked.asked += 1
+            return self._grad
+
+        @requires_grad.setter
+        def requires_grad(self, value):
+            self._grad = value
+
+    monkeypatch.setattr(ops, "_lane", None)
+    data = np.arange(40, dtype=np.float32).reshape(4, 10)
+    dy = Asked(mixed, (4, 10), "f32", data, requires_grad=True)
+    xs = [Asked(mixed, (4, s), "f32", requires_grad=True) for s in (3, 7)]
+    out = [_FakeTensor(mixed, (4, s), "f32") for s in (3, 7)]
+    runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
+    runtime.channel_cat_forward(xs, 1, out=_FakeTensor(mixed, (4, 10), "f32"))
+    assert Asked.asked == 0
+    y = Asked(mixed, (4, 10), "f32", requires_grad=True)
+    with pytest.raises(ValueError, match=r"out is a torch tensor that requires grad"):
+        runtime.channel_cat_forward(out, 1, out=y)
+    assert Asked.asked >= 1
 
 
 def test_an_error_in_a_compiled_step_comes_out_of_the_op(emulated, monkeypatch, launch_path):

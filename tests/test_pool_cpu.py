@@ -512,28 +512,34 @@ def test_cupy_results_are_made_on_the_ops_stream_through_the_stream_protocol(mon
 
     Stream.null = Stream(0)
 
+    devices = [0]
+
     class Device:
         def __init__(self, ordinal):
             self.ordinal = ordinal
 
         def __enter__(self):
-            return self
+            devices.append(self.ordinal)
 
         def __exit__(self, *exc):
-            pass
+            devices.pop()
 
     made = []
     cuda = types.SimpleNamespace(
-        Device=Device, Stream=Stream, get_current_stream=lambda: Stream(current[-1] if current else 0)
+        Device=Device,
+        Stream=Stream,
+        get_current_stream=lambda: Stream(current[-1] if current else 0),
+        runtime=types.SimpleNamespace(getDevice=lambda: devices[-1]),
     )
 
     def empty(shape, dtype):
         made.append((shape, dtype, current[-1] if current else 0))
+        assert devices[-1] == like.data.device_id  # on like's device
         return types.SimpleNamespace(data=types.SimpleNamespace(ptr=0x3000))
 
     fake = types.SimpleNamespace(cuda=cuda, empty=empty)
     monkeypatch.setitem(sys.modules, "cupy", fake)
-    like = types.SimpleNamespace(device=types.SimpleNamespace(id=0), dtype="float32")
+    like = types.SimpleNamespace(data=types.SimpleNamespace(device_id=0), dtype="float32")
     results = (((4, 2), (2, 1)), ((4, 4), (4, 1)))
     # (CuPy's current stream, the op's, where the results are made)
     for cupys, handle, where in ((0, 0, 0), (0x55, 0, 0), (0x55, 1, 0), (0, 0x77, 0x77)):
@@ -548,3 +554,6 @@ def test_cupy_results_are_made_on_the_ops_stream_through_the_stream_protocol(mon
     current[:] = [0]
     outputs.cupy_results(like, 0x88, results)
     assert [m[2] for m in made] == [0x88, 0x88]
+    like.data.device_id = 1  # another device than CuPy's current one: made current around them
+    outputs.cupy_results(like, 0x88, results)
+    assert devices == [0]

@@ -365,6 +365,27 @@ def test_a_stream_object_with_both_attributes_is_read_by_cuda_stream():
     assert stream_handle(TorchLikeStream()) == 0x5150 and stream_handle(0x5150) == 0x5150
 
 
+def test_the_last_stream_object_is_read_once_while_its_handle_is_known():
+    """A model passes the same torch stream call after call: its handle is read once,
+    then remembered with the object, until the runtime forgets the handle (a closed
+    Stream's), as the compiled launch path remembers its last one."""
+    from runtime import stream as streams
+
+    class Counted:
+        reads = 0
+
+        @property
+        def cuda_stream(self):
+            Counted.reads += 1
+            return 0x7170
+
+    one, other = Counted(), Counted()
+    assert [streams.stream_handle(one) for _ in range(3)] == [0x7170] * 3 and Counted.reads == 1
+    assert streams.stream_handle(other) == 0x7170 and Counted.reads == 2  # another object: read
+    streams._forget_stream_handle(0x7170)
+    assert streams.stream_handle(other) == 0x7170 and Counted.reads == 3  # forgotten: read again
+
+
 def test_a_failing_cuda_stream_property_falls_back_to_the_protocol():
     from runtime.stream import stream_handle
 

@@ -2,16 +2,19 @@
 
     python lab/python_floor.py [-o lab/data/python-floor.json]
 
-For the ``out=`` calls of ``op_lanes.py`` (torch tensors), four lanes interleaved batch
+For the ``out=`` calls of ``op_lanes.py`` (torch tensors), five lanes interleaved batch
 by batch (``op_lanes.measure``): the op through the C lane, the lane's method alone, the
-ops' Python path alone (no extension) and a *floor*: plain Python that does only what no
-checked path can skip. It reads of each tensor what the C lane reads (dtype, is_cuda,
-is_contiguous, shape, data_ptr, get_device; requires_grad of an output), resolves the
-stream, looks its call up in a dict keyed by every shape and dtype, and calls the same
-launch function the op's route uses (the C ``Steps``, the launch itself at the driver's
-floor). No alignment, overlap or device check, no error message, no object per array.
-Whatever the floor costs over the lane is the interpreter's share of the reads and
-lookups; 2× the lane leaves the checks the rest. A study: it writes no record.
+ops' Python path alone (no extension), a *floor* and a *checked floor*. The floor is plain
+Python that does only what no path can skip: it reads of each tensor what the C lane
+reads (dtype, is_cuda, is_contiguous, shape, data_ptr, get_device; requires_grad of an
+output), resolves the stream, looks its call up in a dict keyed by every shape and dtype,
+and calls the same launch function the op's route uses (the C ``Steps``, the launch
+itself at the driver's floor). The checked floor adds what a known kind of call must
+still check per call, in one pass over plain tuples: exact int sizes, each address on its
+element boundary, every array on one device, no shared bytes, and the launch function
+chosen by the addresses modulo 16 (no object per array, no message until one fails).
+Whatever the checked floor costs over the lane is what a Python path with the checks
+needs at least; 2× the lane is the issue's bound. A study: it writes no record.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -36,7 +40,7 @@ DTYPES = torch_dtype_table()
 
 
 def route_launch(op: str, arrays: list[torch.Tensor], ints: tuple[int, ...], written: int, handle: int):
-    """The launch function the op's Python path uses for this call (after one call of it)."""
+    """The route and launch function the op's Python path uses for this call (after one call of it)."""
     read = [_recognise("op", f"a{i}", a, handle, i >= written) for i, a in enumerate(arrays)]
     route = op_routes.remembered(op_routes.route_key(op, ints, (False,), read))
     assert route is not None, "the op has not run this call"
@@ -45,7 +49,7 @@ def route_launch(op: str, arrays: list[torch.Tensor], ints: tuple[int, ...], wri
         wide, pieces = read[0].ptr, [a.ptr for a in read[1:]]
     else:
         wide, pieces = read[-1].ptr, [a.ptr for a in read[:-1]]
-    return ops._launcher(route, device, handle, wide, pieces)
+    return route, ops._launcher(route, device, handle, wide, pieces)
 
 
 def facts(t: torch.Tensor, written: bool) -> tuple:
@@ -73,8 +77,56 @@ def floor_join(table: dict, xs: list[torch.Tensor], y: torch.Tensor, stream) -> 
     launch(dst[4], *[g[4] for g in got])
 
 
+def checked_entry(route, launch, ptrs: list[int], handle: int) -> tuple:
+    """What the checked floor keeps per kind of call: the element mask, the route's spans
+    and the launch function per stream and addresses modulo 16 (``ptrs`` in the order
+    the op names its arrays, inputs first)."""
+    return route.dtype.itemsize - 1, route.spans, {(handle, *[p & 15 for p in ptrs]): launch}
+
+
+def addresses_checked(entry: tuple, arrays: list[tuple], handle: int) -> Any:
+    """The per-call checks a known kind of call still needs, in one pass: each address on
+    its element boundary, every array on one device, no two arrays' bytes shared (the
+    full check, which lets inputs share, is left out: this call has none that do). Then
+    the launch function for the stream and the addresses modulo 16."""
+    mask, spans, launches = entry
+    ordinal = arrays[0][2]
+    bounds = []
+    for f, (lo, hi) in zip(arrays, spans):
+        ptr = f[4]
+        if ptr & mask or f[2] != ordinal:
+            raise ValueError("misaligned, or on another device")
+        if lo < hi:
+            bounds.append((ptr + lo, ptr + hi))
+    bounds.sort()
+    end = 0
+    for start, stop in bounds:
+        if start < end:
+            raise ValueError("overlap")
+        end = stop
+    return launches[(handle, *[f[4] & 15 for f in arrays])]
+
+
+def checked_split(table: dict, dy: torch.Tensor, sizes: list[int], out: list[torch.Tensor], stream) -> None:
+    handle = stream_handle(stream)
+    for s in sizes:  # exact ints, as the route key asks
+        if s.__class__ is not int:
+            raise TypeError("sizes")
+    arrays = [facts(dy, False), *[facts(o, True) for o in out]]
+    entry = table[(tuple(sizes), *[f[:4] for f in arrays])]
+    addresses_checked(entry, arrays, handle)(*[f[4] for f in arrays])
+
+
+def checked_join(table: dict, xs: list[torch.Tensor], y: torch.Tensor, stream) -> None:
+    handle = stream_handle(stream)
+    arrays = [*[facts(x, False) for x in xs], facts(y, True)]
+    entry = table[tuple(f[:4] for f in arrays)]
+    launch = addresses_checked(entry, arrays, handle)
+    launch(arrays[-1][4], *[f[4] for f in arrays[:-1]])
+
+
 def study(label: str, rows: int, sizes: list[int], dtype: torch.dtype, stream, lane) -> dict[str, dict]:
-    """The four lanes on a split and a concat of these shapes with ``out=``."""
+    """The five lanes on a split and a concat of these shapes with ``out=``."""
     handle = stream_handle(stream)
 
     def c_on() -> None:
@@ -88,42 +140,55 @@ def study(label: str, rows: int, sizes: list[int], dtype: torch.dtype, stream, l
     y = torch.empty(rows, sum(sizes), device="cuda", dtype=dtype)
     runtime.channel_cat_backward(dy, sizes, 1, out=outs, stream=stream)
     runtime.channel_cat_forward(outs, 1, out=y, stream=stream)
-    split_table = {
-        (handle, tuple(sizes), facts(dy, False)[:4], *[facts(o, True)[:4] for o in outs]):
-        route_launch("backward", [dy, *outs], (1, *sizes), 1, handle)
+    split_route, split_launch = route_launch("backward", [dy, *outs], (1, *sizes), 1, handle)
+    join_route, join_launch = route_launch("forward", [*outs, y], (1,), len(outs), handle)
+    split_facts = [facts(dy, False), *[facts(o, True) for o in outs]]
+    join_facts = [*[facts(o, False) for o in outs], facts(y, True)]
+    split_table = {(handle, tuple(sizes), *[f[:4] for f in split_facts]): split_launch}
+    join_table = {(handle, *[f[:4] for f in join_facts]): join_launch}
+    split_checked = {
+        (tuple(sizes), *[f[:4] for f in split_facts]):
+        checked_entry(split_route, split_launch, [f[4] for f in split_facts], handle)
     }  # fmt: skip
-    join_table = {
-        (handle, *[facts(o, False)[:4] for o in outs], facts(y, True)[:4]):
-        route_launch("forward", [*outs, y], (1,), len(outs), handle)
+    join_checked = {
+        tuple(f[:4] for f in join_facts):
+        checked_entry(join_route, join_launch, [f[4] for f in join_facts], handle)
     }  # fmt: skip
     cases = {}
-    for name, op, c_lane, floor in (
+    for name, op, c_lane, floor, checked in (
         (
             f"split out= torch {label}",
             lambda: runtime.channel_cat_backward(dy, sizes, 1, out=outs, stream=stream),
             lambda: lane.split(dy, sizes, 1, outs, stream),
             lambda: floor_split(split_table, dy, sizes, outs, stream),
+            lambda: checked_split(split_checked, dy, sizes, outs, stream),
         ),
         (
             f"concat out= torch {label}",
             lambda: runtime.channel_cat_forward(outs, 1, out=y, stream=stream),
             lambda: lane.join(outs, 1, y, stream),
             lambda: floor_join(join_table, outs, y, stream),
+            lambda: checked_join(join_checked, outs, y, stream),
         ),
     ):
         row = measure(
-            {"op": op, "c_lane": c_lane, "python_alone": op, "floor": floor},
-            {"op": c_on, "c_lane": c_on, "python_alone": no_lane, "floor": no_lane},
+            {"op": op, "c_lane": c_lane, "python_alone": op, "floor": floor, "checked": checked},
+            {"op": c_on, "c_lane": c_on, "python_alone": no_lane, "floor": no_lane, "checked": no_lane},
         )
         c_on()
         row["python_over_c"] = round(row["python_alone"] / row["c_lane"], 2)
         row["floor_over_c"] = round(row["floor"] / row["c_lane"], 2)
+        row["checked_over_c"] = round(row["checked"] / row["c_lane"], 2)
         cases[name] = row
         print(name, row, flush=True)
-    # the floor launched what the op launches: its result is the op's
-    y.zero_()
-    floor_join(join_table, outs, y, stream)
-    torch.testing.assert_close(y, torch.cat(outs, 1))
+    # the floors launched what the op launches: their result is the op's
+    for run in (
+        lambda: floor_join(join_table, outs, y, stream),
+        lambda: checked_join(join_checked, outs, y, stream),
+    ):
+        y.zero_()
+        run()
+        torch.testing.assert_close(y, torch.cat(outs, 1))
     return cases
 
 

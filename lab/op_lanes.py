@@ -32,6 +32,16 @@ import torch
 import runtime
 from runtime import ops
 
+# The calls every lanes study times: (label, rows, sizes, torch dtype name).
+CASES = (("64x(12+20) f32", 64, [12, 20], "float32"), ("6400x(64*4) bf16", 6400, [64] * 4, "bfloat16"))
+
+
+def write(output: Path | None, cases: dict[str, dict[str, float]]) -> None:
+    """A study's cases as JSON, where asked."""
+    if output:
+        record = {"gpu": torch.cuda.get_device_name(), "cases": cases}
+        output.write_text(json.dumps(record, indent=1) + "\n")
+
 
 def measure(paths: dict[str, Callable[[], object]], lanes: dict[str, Callable[[], object]],
             reps: int = 15, batch: int = 250) -> dict[str, float]:  # fmt: skip
@@ -98,10 +108,8 @@ def main() -> int:
     stream = torch.cuda.current_stream()
     rstream = runtime.Stream(dev)
     cases = {}
-    for label, rows, sizes, dtype in (
-        ("64x(12+20) f32", 64, [12, 20], torch.float32),
-        ("6400x(64*4) bf16", 6400, [64] * 4, torch.bfloat16),
-    ):
+    for label, rows, sizes, dtype_name in CASES:
+        dtype = getattr(torch, dtype_name)
         dy = torch.randn(rows, sum(sizes), device="cuda").to(dtype)
         outs = [torch.empty(rows, s, device="cuda", dtype=dtype) for s in sizes]
         xs = [torch.randn(rows, s, device="cuda").to(dtype) for s in sizes]
@@ -124,9 +132,7 @@ def main() -> int:
                 cases[name] = row
                 print(name, row, flush=True)
         torch.testing.assert_close(torch.cat(xs, 1), runtime.channel_cat_forward(xs, 1))
-    if args.output:
-        record = {"gpu": torch.cuda.get_device_name(), "cases": cases}
-        args.output.write_text(json.dumps(record, indent=1) + "\n")
+    write(args.output, cases)
     return 0
 
 

@@ -20,7 +20,6 @@ needs at least; 2× the lane is the issue's bound. A study: it writes no record.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
-from op_lanes import measure
+from op_lanes import CASES, measure, write
 
 import runtime
 from runtime import op_routes, ops
@@ -201,14 +200,9 @@ def main() -> int:
     lane = ops._lane
     assert lane is not None, "the study needs the compiled lane beside the Python path"
     cases = {}
-    for label, rows, sizes, dtype in (
-        ("64x(12+20) f32", 64, [12, 20], torch.float32),
-        ("6400x(64*4) bf16", 6400, [64] * 4, torch.bfloat16),
-    ):
-        cases |= study(label, rows, sizes, dtype, stream, lane)
-    if args.output:
-        record = {"gpu": torch.cuda.get_device_name(), "cases": cases}
-        args.output.write_text(json.dumps(record, indent=1) + "\n")
+    for label, rows, sizes, dtype_name in CASES:
+        cases |= study(label, rows, sizes, getattr(torch, dtype_name), stream, lane)
+    write(args.output, cases)
     return 0
 
 

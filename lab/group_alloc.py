@@ -1,0 +1,77 @@
+"""Host µs of a DeviceArray op's results made one allocation each against one allocation
+for all of them (``Device.empty_group``), and of the allocating op itself, in one run.
+
+    python lab/group_alloc.py [-o lab/data/group-alloc.json]
+
+Per case (the split of ``rows`` × sum(sizes) into ``sizes``): ``empty_each`` makes the
+results with ``Device.empty`` per result and drops them (what every allocating op on
+DeviceArrays paid before ``empty_group``), ``empty_group`` makes them in one allocation
+and drops them, ``op_out`` is the split with ``out=`` and ``op_fresh`` the split that
+makes its results (the C lane where the extension is built). Each figure: the median
+over 15 batches of 200 calls, the device drained before each batch, the four
+interleaved batch by batch. A study: it writes no record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import runtime
+
+CASES = (
+    ("512x(64+64) f32", 512, [64, 64], "f32"),
+    ("6400x(64*3) bf16", 6400, [64] * 3, "bf16"),
+    ("400x(256*4) bf16", 400, [256] * 4, "bf16"),
+)
+
+
+def measure(dev: runtime.Device, calls: dict[str, Callable[[], object]], reps: int = 15,
+            batch: int = 200) -> dict[str, float]:  # fmt: skip
+    samples: dict[str, list[float]] = {k: [] for k in calls}
+    for rep in range(reps + 1):
+        for name, call in calls.items():
+            dev.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(batch):
+                call()
+            elapsed = time.perf_counter() - t0
+            if rep:  # the first batch of each is a warm-up
+                samples[name].append(elapsed / batch * 1e6)
+    return {k: round(statistics.median(v), 2) for k, v in samples.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-o", "--output", type=Path)
+    args = parser.parse_args()
+    dev = runtime.Device(0)
+    cases = {}
+    split = runtime.channel_cat_backward
+    for label, rows, sizes, dtype in CASES:
+        dy = dev.empty((rows, sum(sizes)), dtype).fill_bytes(0x3C)
+        shapes = [(rows, s) for s in sizes]
+        outs = [dev.empty(s, dtype) for s in shapes]
+        calls = {
+            "empty_each": lambda shapes=shapes, dtype=dtype: [dev.empty(s, dtype) for s in shapes],
+            "empty_group": lambda shapes=shapes, dtype=dtype: dev.empty_group(shapes, dtype),
+            "op_out": lambda dy=dy, sizes=sizes, outs=outs: split(dy, sizes, 1, out=outs),
+            "op_fresh": lambda dy=dy, sizes=sizes: split(dy, sizes, 1),
+        }
+        for call in calls.values():  # each kind of call once, so the op's lane has it
+            call()
+        cases[label] = measure(dev, calls)
+        print(label, cases[label], flush=True)
+    if args.output:
+        args.output.write_text(json.dumps({"gpu": dev.name, "cases": cases}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

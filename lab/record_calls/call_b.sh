@@ -10,7 +10,7 @@ python3 scripts/gpu_check.py --tree-hash
 mkdir -p /tmp/logs
 python3 scripts/sanitize.py > /tmp/logs/sanitize.log 2>&1; echo sanitize rc $?
 python3 scripts/bench_launch.py > /tmp/logs/launch.log 2>&1; echo launch rc $?
-python3 scripts/bench_ops.py > /tmp/logs/ops.log 2>&1; echo ops rc $?  # 1 while an ops target is missed
+python3 scripts/bench_ops.py > /tmp/logs/ops.log 2>&1; echo ops rc $?  # 1 where a result was wrong
 python3 scripts/bench_embed.py > /tmp/logs/embed.log 2>&1; echo embed rc $?
 tar czf "$OUT/records-b.tgz" docs/sanitizer.json docs/perf/launch.json docs/perf/launch.md docs/perf/ops.json \
     docs/perf/ops.md docs/perf/embed.json -C /tmp logs

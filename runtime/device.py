@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
 from typing import Any
 
 from ptxgen.dtypes import resolve_dtype
@@ -13,7 +12,7 @@ from ptxgen.targets import min_cuda_for_isa, newest_isa_for_cuda, target_capabil
 
 from ._driver import check, driver
 from .context import Context
-from .memory import DeviceArray, check_byte_order, empty_group
+from .memory import DeviceArray, check_byte_order
 from .pool import MemoryPool
 
 __all__ = ["Device"]
@@ -164,14 +163,6 @@ class Device:
         device's pool, ordered on ``stream`` (default: the legacy default stream). It is
         ready for work queued on that stream after this call; see :mod:`runtime.pool`."""
         return DeviceArray(self, shape, dtype, stream=stream)
-
-    def empty_group(self, shapes: Sequence[Any], dtype: Any, *, stream: Any = None) -> list[DeviceArray]:
-        """One uninitialised array per shape, as :meth:`empty` makes it, all in one
-        allocation from the pool (each 256-byte aligned): one driver allocation and one
-        free for all of them, which is what an op's results are made with. The memory
-        goes back when the last of them is closed or collected, so one array kept holds
-        the whole allocation, as a view does in torch."""
-        return empty_group(self, shapes, dtype, stream=stream)
 
     def to_device(self, array: Any, dtype: Any = None) -> DeviceArray:
         """Copy a numpy array to the device.

@@ -144,31 +144,6 @@ def _torch_array(value: Any, what: str, written: bool) -> _Array | None:
         return None
 
 
-def known_facts(value: Any, written: bool) -> tuple[tuple[Any, ...], int, int, Device | None] | None:
-    """What a call of a known kind needs of one array, as plain values: ``(fact, ptr,
-    ordinal, device)``, ``fact`` being exactly what :func:`runtime.op_routes.route_key`
-    keys it by. Only a row-major torch tensor of a dtype we have and an open, non-empty
-    DeviceArray are read here, as the C lane reads them; anything else is None, and the
-    call goes the whole way (:func:`_recognise`), which accepts it or says why not."""
-    cls = value.__class__
-    if cls is DeviceArray:
-        key = value.launch_key  # (device, dtype) while open and not empty
-        if key is None:
-            return None
-        device, dtype = key
-        return (cls, value.shape, None, dtype, False), value.address, device.ordinal, device
-    if cls is not _tensor_class[0]:
-        return None
-    try:
-        dtype = _torch_dtypes.get(value.dtype)
-        if dtype is None or not value.is_cuda or not value.is_contiguous():
-            return None
-        fact = (cls, value.shape, None, dtype, written and value.requires_grad)
-        return fact, value.data_ptr(), value.get_device(), None
-    except Exception:  # a meta or fake tensor: the whole way says what it is
-        return None
-
-
 def _cupy_array(value: Any, what: str) -> _Array | None:
     """A CuPy array read through CuPy's own attributes, as Function.launch reads one:
     its device from its memory (no driver query for where its address lives), and the

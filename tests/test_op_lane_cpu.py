@@ -65,19 +65,9 @@ class _Stream:
     pass
 
 
-def _device_outputs(like, device, stream, results, dtype, order):
-    """runtime.outputs.outputs_of as the lane calls it for DeviceArrays: the device's."""
-    arrays = [device.empty(shape, dtype, stream=stream) for shape, _ in results]
-    return arrays, [a.address for a in arrays]
-
-
-def _lane(outputs=_device_outputs):
+def _lane():
     return _fastlaunch.OpLane(
-        device_array=_Array,
-        stream_class=_Stream,
-        stream_handle=lambda s: s,
-        known_streams={7},
-        outputs=outputs,
+        device_array=_Array, stream_class=_Stream, stream_handle=lambda s: s, known_streams={7}
     )
 
 
@@ -276,18 +266,14 @@ class _Cupy:
     def current_stream(self):
         return self.stream
 
-    def outputs(self, like, device, stream, results, dtype, order):
-        """runtime.outputs.outputs_of as the lane calls it for CuPy arrays."""
-        assert dtype is F32 and order is None
+    def results(self, like, stream, results):
         self.made.append((stream, [shape for shape, _ in results]))
-        arrays = [_Ndarray(shape, 0xB0000 + 0x1000 * i) for i, (shape, _) in enumerate(results)]
-        return arrays, [a.data.ptr for a in arrays]
+        return [_Ndarray(shape, 0xB0000 + 0x1000 * i) for i, (shape, _) in enumerate(results)]
 
 
 def _cupy_lane():
-    cupy = _Cupy()
-    lane = _lane(cupy.outputs)
-    lane.bind_cupy(_Ndarray, {CUPY_F4: F32, CUPY_VOID: None}, cupy.current_stream)
+    lane, cupy = _lane(), _Cupy()
+    lane.bind_cupy(_Ndarray, {CUPY_F4: F32, CUPY_VOID: None}, cupy.current_stream, cupy.results)
     return lane, cupy
 
 
@@ -323,7 +309,7 @@ def test_contiguous_cupy_arrays_run_in_the_lane_while_cupys_stream_is_the_ops():
 
 
 def test_cupy_results_are_made_by_cupys_allocator_on_the_ops_stream():
-    """Without ``out``, the lane has CuPy make the results (runtime.outputs.outputs_of) on
+    """Without ``out``, the lane has CuPy make the results (runtime.outputs.cupy_results) on
     the op's stream, row-major, and launches into them."""
     lane, cupy = _cupy_lane()
     called = []

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import enum
 import sys
-import threading
 import types
 
 import pytest
@@ -204,71 +203,6 @@ def test_an_empty_array_takes_nothing(drv):
     drv.calls.clear()
     memory.DeviceArray(dev, (0, 8), "f32").close()
     assert drv.calls == []
-
-
-def test_a_group_is_one_allocation_given_back_with_its_last_array(drv):
-    """Device.empty_group: one allocation on the stream, each array 256-byte aligned in
-    it, an empty one outside it; closing arrays (twice, or the empty one) frees nothing
-    until the last array holding the memory is closed, and then frees it once."""
-    dev = FakeDevice()
-    drv.calls.clear()
-    a, empty, b = memory.empty_group(dev, [(3, 5), (0, 4), (7,)], "f32", stream=7)
-    assert drv.calls == [("alloc", 256 + 256, 7, 0, "relaxed")]
-    assert b.address == a.address + 256 and a.address % 256 == 0
-    assert (a.shape, a.nbytes, b.shape, b.nbytes) == ((3, 5), 60, (7,), 28)
-    assert empty.address == 0 and empty.launch_key is None and a.launch_key is b.launch_key is not None
-    base = a.address
-    a.close()
-    a.close()
-    empty.close()
-    assert a.closed and not b.closed and drv.calls[-1][0] == "alloc"
-    with pytest.raises(ValueError, match="closed"):
-        _ = a.ptr
-    b.close()
-    assert [c for c in drv.calls if c[0] == "free"] == [("free", base, 7, "relaxed")]
-
-
-def test_a_group_is_freed_once_when_its_arrays_are_closed_or_collected(drv):
-    """Arrays of a group dropped without close, or some closed and the rest dropped, give
-    the memory back once, after the streams recorded on any of them."""
-    dev = FakeDevice()
-    arrays = memory.empty_group(dev, [(16,), (16,)], "u8")
-    base = arrays[0].address
-    arrays[1].record_stream(9)
-    drv.calls.clear()
-    del arrays
-    assert drv.calls == [("record", 9), ("wait", 0, "event"), ("free", base, 0, "relaxed")]
-    first, second = memory.empty_group(dev, [(16,), (16,)], "u8")
-    base = first.address
-    drv.calls.clear()
-    first.close()
-    del second
-    assert drv.calls == [("free", base, 0, "relaxed")]
-
-
-def test_threads_closing_a_groups_arrays_free_it_once(drv):
-    """Eight threads closing the same arrays of one group at once: the memory is given
-    back exactly once, after the last."""
-    dev = FakeDevice()
-    for _ in range(20):
-        arrays = memory.empty_group(dev, [(64,)] * 4, "u8")
-        base = arrays[0].address
-        drv.calls.clear()
-        start = threading.Barrier(8)
-
-        def close_all(arrays=arrays, start=start):
-            start.wait()
-            for a in arrays:
-                a.close()
-
-        threads = [threading.Thread(target=close_all) for _ in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert [c for c in drv.calls if c[0] == "free"] == [("free", base, 0, "relaxed")]
-        del arrays
-        assert [c for c in drv.calls if c[0] == "free"] == [("free", base, 0, "relaxed")]
 
 
 def test_a_free_waits_for_the_streams_recorded_on_it(drv):
@@ -479,9 +413,9 @@ def test_anything_else_gets_the_devices_arrays():
         def __init__(self):
             self.made = []
 
-        def empty_group(self, shapes, dtype, *, stream=None):
-            self.made.append((shapes, dtype.name, stream))
-            return [types.SimpleNamespace(ptr=0x2000 + i) for i, _ in enumerate(shapes)]
+        def empty(self, shape, dtype, *, stream=None):
+            self.made.append((shape, dtype.name, stream))
+            return types.SimpleNamespace(ptr=0x2000 + len(self.made))
 
     dev = Device()
 
@@ -491,7 +425,7 @@ def test_anything_else_gets_the_devices_arrays():
 
     assert outputs.array_kind(Numba()) == "device_array"
     _made, addresses = outputs.new_outputs(Numba(), dev, 0x77, [(3,), (5,)], ptxgen.resolve_dtype("bf16"))
-    assert dev.made == [([(3,), (5,)], "bf16", 0x77)] and addresses == [0x2000, 0x2001]  # in one allocation
+    assert dev.made == [((3,), "bf16", 0x77), ((5,), "bf16", 0x77)] and addresses == [0x2001, 0x2002]
 
 
 def test_an_allocation_that_would_break_another_streams_capture_is_refused(drv):
@@ -603,24 +537,23 @@ def test_cupy_results_are_made_on_the_ops_stream_through_the_stream_protocol(mon
         assert devices[-1] == like.data.device_id  # on like's device
         return types.SimpleNamespace(data=types.SimpleNamespace(ptr=0x3000))
 
-    fake = types.SimpleNamespace(cuda=cuda, empty=empty, ndarray=types.SimpleNamespace)
+    fake = types.SimpleNamespace(cuda=cuda, empty=empty)
     monkeypatch.setitem(sys.modules, "cupy", fake)
-    f32 = ptxgen.resolve_dtype("f32")
     like = types.SimpleNamespace(data=types.SimpleNamespace(device_id=0), dtype="float32")
     results = (((4, 2), (2, 1)), ((4, 4), (4, 1)))
     # (CuPy's current stream, the op's, where the results are made)
     for cupys, handle, where in ((0, 0, 0), (0x55, 0, 0), (0x55, 1, 0), (0, 0x77, 0x77)):
         made.clear()
         current[:] = [cupys]
-        outputs.outputs_of(like, None, handle, results, f32, None)
+        outputs.cupy_results(like, handle, results)
         assert made == [((4, 2), "float32", where), ((4, 4), "float32", where)]
         assert current == [cupys]
     del Stream.from_external
     cuda.ExternalStream = lambda handle: Stream(handle)  # a CuPy before 14
     made.clear()
     current[:] = [0]
-    outputs.outputs_of(like, None, 0x88, results, f32, None)
+    outputs.cupy_results(like, 0x88, results)
     assert [m[2] for m in made] == [0x88, 0x88]
     like.data.device_id = 1  # another device than CuPy's current one: made current around them
-    outputs.outputs_of(like, None, 0x88, results, f32, None)
+    outputs.cupy_results(like, 0x88, results)
     assert devices == [0]

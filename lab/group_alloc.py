@@ -16,36 +16,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from op_lanes import measure
 
 import runtime
+
+
+def _no_lane() -> None:
+    """measure() sets a lane before each batch; these calls have none to set."""
+
 
 CASES = (
     ("512x(64+64) f32", 512, [64, 64], "f32"),
     ("6400x(64*3) bf16", 6400, [64] * 3, "bf16"),
     ("400x(256*4) bf16", 400, [256] * 4, "bf16"),
 )
-
-
-def measure(dev: runtime.Device, calls: dict[str, Callable[[], object]], reps: int = 15,
-            batch: int = 200) -> dict[str, float]:  # fmt: skip
-    samples: dict[str, list[float]] = {k: [] for k in calls}
-    for rep in range(reps + 1):
-        for name, call in calls.items():
-            dev.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(batch):
-                call()
-            elapsed = time.perf_counter() - t0
-            if rep:  # the first batch of each is a warm-up
-                samples[name].append(elapsed / batch * 1e6)
-    return {k: round(statistics.median(v), 2) for k, v in samples.items()}
 
 
 def main() -> None:
@@ -67,7 +57,7 @@ def main() -> None:
         }
         for call in calls.values():  # each kind of call once, so the op's lane has it
             call()
-        cases[label] = measure(dev, calls)
+        cases[label] = measure(calls, {k: _no_lane for k in calls}, batch=200)
         print(label, cases[label], flush=True)
     if args.output:
         args.output.write_text(json.dumps({"gpu": dev.name, "cases": cases}, indent=1) + "\n")

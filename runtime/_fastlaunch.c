@@ -115,29 +115,29 @@ enum {
     T_DTYPE, T_IS_CUDA, T_NBYTES, T_GET_DEVICE, T_IS_CONTIGUOUS, T_DATA_PTR, T_SHAPE, T_REQUIRES_GRAD, T_STRIDE, T_COUNT
 };
 
-typedef struct {
-    PyObject *descr[T_COUNT]; /* or NULL: read by name */
-} readers_t;
-
-/* How a stream argument becomes a handle: a runtime.Stream is asked each time (it may
- * have been closed); any other object (an int handle, a torch stream) through
- * runtime.stream.stream_handle. The last such object is remembered by identity with its
- * handle, which is used again only while the runtime still knows that handle (a closed
- * runtime.Stream forgets its handle, and an int naming it is then refused). */
+/* What Launch and OpLane read arrays and streams with. A stream argument becomes a handle
+ * so: a runtime.Stream is asked each time (it may have been closed); any other object (an
+ * int handle, a torch stream) through runtime.stream.stream_handle. The last such object
+ * is remembered by identity with its handle, which is used again only while the runtime
+ * still knows that handle (a closed runtime.Stream forgets its handle, and an int naming
+ * it is then refused). */
 typedef struct {
     union { /* the references it owns, also as refs[] (VISIT_REFS, CLEAR_REFS) */
         struct {
-            PyObject *stream_class;  /* runtime.Stream */
-            PyObject *stream_handle; /* runtime.stream.stream_handle */
-            PyObject *known;         /* runtime.stream's set of the handles it knows */
-            PyObject *last;          /* the last stream object that was no Stream ... */
-            PyObject *last_handle;   /* ... its handle as an int object ... */
+            PyObject *device_array;   /* runtime.DeviceArray */
+            PyObject *tensor;         /* torch.Tensor once bound, else NULL */
+            PyObject *descr[T_COUNT]; /* how each attribute of a tensor is read, or NULL: by name */
+            PyObject *stream_class;   /* runtime.Stream */
+            PyObject *stream_handle;  /* runtime.stream.stream_handle */
+            PyObject *known;          /* runtime.stream's set of the handles it knows */
+            PyObject *last;           /* the last stream object that was no Stream ... */
+            PyObject *last_handle;    /* ... its handle as an int object ... */
         };
-        PyObject *refs[5];
+        PyObject *refs[2 + T_COUNT + 5];
     };
     uintptr_t last_value; /* ... and as a value */
-} streams_t;
-REFS_END(streams_t, last_value);
+} arrays_t;
+REFS_END(arrays_t, last_value);
 
 /* --- the Launch object ------------------------------------------------------------ */
 
@@ -145,18 +145,15 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *weakrefs;
-    union { /* the references it owns (and readers', streams', params'), also as refs[] */
+    union { /* the references it owns (and arrays', params'), also as refs[] */
         struct {
             PyObject *dict;
-            PyObject *fallback;     /* the Python launch function */
-            PyObject *device_array; /* runtime.DeviceArray */
-            PyObject *tensor;       /* torch.Tensor once bound, else NULL */
-            PyObject *footprint;    /* need(gx, gy, gz, bx, by, bz, key) -> tuple, or NULL */
+            PyObject *fallback;  /* the Python launch function */
+            PyObject *footprint; /* need(gx, gy, gz, bx, by, bz, key) -> tuple, or NULL */
         };
-        PyObject *refs[5];
+        PyObject *refs[3];
     };
-    readers_t readers;       /* how its attributes are read */
-    streams_t streams;
+    arrays_t arrays;
     char open, check_ints; /* closed: every later launch goes to Python (for good); int addresses too */
     int dependent;
     uint32_t attribute_id;
@@ -170,14 +167,14 @@ typedef struct {
     param_t *params;
     footprint_cache_t cache;
 } Launch;
-REFS_END(Launch, readers);
+REFS_END(Launch, arrays);
 
 static PyTypeObject LaunchType;
 static PyTypeObject PreparedType;
 
 static PyObject *s_launch_key, *s_address, *s_nbytes, *s_dtype, *s_is_cuda, *s_get_device,
     *s_is_contiguous, *s_data_ptr, *s_handle, *s_stream, *s_shared_mem, *s_shape, *s_ordinal,
-    *s_closed, *s_requires_grad, *s_itemsize, *s_empty, *s_stride, *s_new_empty_strided,
+    *s_closed, *s_requires_grad, *s_itemsize, *s_stride, *s_new_empty_strided,
     *s_first_output, *s_spans, *s_results, *s_order, *s_backward, *s_forward, *s_strides, *s_data, *s_ptr,
     *s_device_id;
 
@@ -223,12 +220,6 @@ static int uint_bits(PyObject *value, uint64_t *bits) {
     return int_bits(value, bits, &negative) && !negative;
 }
 
-static int in_range(uint64_t bits, int negative, long long low, unsigned long long high) {
-    if (negative)
-        return (long long)bits >= low; /* high is never negative */
-    return bits <= high && (low <= 0 || bits >= (uint64_t)low);
-}
-
 /* An attribute (a new reference), or NULL with no error set: the Python path reads it too. */
 static PyObject *attr(PyObject *obj, PyObject *name) {
     PyObject *v = PyObject_GetAttr(obj, name);
@@ -237,12 +228,23 @@ static PyObject *attr(PyObject *obj, PyObject *name) {
     return v;
 }
 
-/* An attribute that must be an int that fits in 64 bits, unsigned. */
-static int read_u64(PyObject *obj, PyObject *name, uint64_t *out) {
-    PyObject *v = attr(obj, name);
+/* Whether ``v`` (a new reference, let go here; NULL: a failed read) is ``want``. */
+static int drop_is(PyObject *v, PyObject *want) {
+    int same = v != NULL && v == want;
+    Py_XDECREF(v);
+    return same;
+}
+
+/* Whether ``v`` (likewise) is an int that fits in 64 bits, unsigned: into ``out``. */
+static int drop_u64(PyObject *v, uint64_t *out) {
     int ok = v != NULL && uint_bits(v, out);
     Py_XDECREF(v);
     return ok;
+}
+
+/* An attribute that must be an int that fits in 64 bits, unsigned. */
+static int read_u64(PyObject *obj, PyObject *name, uint64_t *out) {
+    return drop_u64(attr(obj, name), out);
 }
 
 /* --- reading a torch tensor ------------------------------------------------------- */
@@ -261,8 +263,10 @@ static PyObject **const reader_names[T_COUNT] = {&s_dtype, &s_is_cuda, &s_nbytes
 static const char reader_is_method[T_COUNT] = {[T_GET_DEVICE] = 1, [T_IS_CONTIGUOUS] = 1, [T_DATA_PTR] = 1,
                                                [T_STRIDE] = 1};
 
-static void readers_bind(readers_t *R, PyObject *cls) {
-    CLEAR_REFS(R->descr);
+/* Recognises tensors of class ``cls``, their attributes read through its descriptors. */
+static void arrays_bind_torch(arrays_t *A, PyObject *cls) {
+    Py_XSETREF(A->tensor, Py_NewRef(cls));
+    CLEAR_REFS(A->descr);
     for (int i = 0; i < T_COUNT; i++) {
         PyObject *d = PyObject_GetAttr(cls, *reader_names[i]);
         if (d == NULL) {
@@ -273,15 +277,15 @@ static void readers_bind(readers_t *R, PyObject *cls) {
         int kept = reader_is_method[i] ? PyObject_TypeCheck(d, &PyMethodDescr_Type) || PyFunction_Check(d)
                                        : t->tp_descr_get != NULL && t->tp_descr_set != NULL; /* data: wins */
         if (kept)
-            R->descr[i] = d;
+            A->descr[i] = d;
         else /* another kind than expected: read by name, as Python would */
             Py_DECREF(d);
     }
 }
 
 /* The attribute's value (a new reference), or NULL with no error set. */
-static PyObject *tensor_read(const readers_t *R, int which, PyObject *obj) {
-    PyObject *d = R->descr[which], *v;
+static PyObject *tensor_read(const arrays_t *A, int which, PyObject *obj) {
+    PyObject *d = A->descr[which], *v;
     if (d == NULL)
         v = reader_is_method[which] ? PyObject_CallMethodNoArgs(obj, *reader_names[which])
                                     : PyObject_GetAttr(obj, *reader_names[which]);
@@ -294,34 +298,38 @@ static PyObject *tensor_read(const readers_t *R, int which, PyObject *obj) {
     return v;
 }
 
-static int tensor_is(const readers_t *R, int which, PyObject *obj, PyObject *want) {
-    PyObject *v = tensor_read(R, which, obj);
-    int same = v != NULL && v == want;
-    Py_XDECREF(v);
-    return same;
+static int tensor_is(const arrays_t *A, int which, PyObject *obj, PyObject *want) {
+    return drop_is(tensor_read(A, which, obj), want);
 }
 
-static int tensor_u64(const readers_t *R, int which, PyObject *obj, uint64_t *out) {
-    PyObject *v = tensor_read(R, which, obj);
-    int ok = v != NULL && uint_bits(v, out);
-    Py_XDECREF(v);
-    return ok;
+static int tensor_u64(const arrays_t *A, int which, PyObject *obj, uint64_t *out) {
+    return drop_u64(tensor_read(A, which, obj), out);
 }
 
 /* A torch tensor the kernel can take as it is: its dtype, on this device, contiguous and
  * not empty (the Python path's fast test, in the same order). */
-static int tensor_pointer(const readers_t *R, const param_t *p, PyObject *a, uint64_t *address,
+static int tensor_pointer(const arrays_t *A, const param_t *p, PyObject *a, uint64_t *address,
                           uint64_t *extent) {
     uint64_t ordinal, nbytes;
-    if (p->torch_dtype == NULL || !tensor_is(R, T_DTYPE, a, p->torch_dtype) || !tensor_is(R, T_IS_CUDA, a, Py_True))
+    if (p->torch_dtype == NULL || !tensor_is(A, T_DTYPE, a, p->torch_dtype) || !tensor_is(A, T_IS_CUDA, a, Py_True))
         return 0;
-    if (!tensor_u64(R, T_GET_DEVICE, a, &ordinal) || ordinal != (uint64_t)p->ordinal)
+    if (!tensor_u64(A, T_GET_DEVICE, a, &ordinal) || ordinal != (uint64_t)p->ordinal)
         return 0;
-    if (!tensor_is(R, T_IS_CONTIGUOUS, a, Py_True) || !tensor_u64(R, T_NBYTES, a, &nbytes) || nbytes == 0)
+    if (!tensor_is(A, T_IS_CONTIGUOUS, a, Py_True) || !tensor_u64(A, T_NBYTES, a, &nbytes) || nbytes == 0)
         return 0;
-    if (!tensor_u64(R, T_DATA_PTR, a, address) || (*address & p->mask))
+    if (!tensor_u64(A, T_DATA_PTR, a, address) || (*address & p->mask))
         return 0;
     *extent = nbytes;
+    return 1;
+}
+
+/* A value (``bits`` read as ``negative`` says) into its parameter's slot, where it is in
+ * [low, high] (high is never negative): 1 packed; 0 not. */
+static int pack_value(const param_t *p, uint64_t bits, int negative, long long low, unsigned long long high,
+                      unsigned char *buf) {
+    if (negative ? (long long)bits < low : bits > high || (low > 0 && bits < (uint64_t)low))
+        return 0;
+    memcpy(buf + p->offset, &bits, (size_t)p->size);
     return 1;
 }
 
@@ -336,18 +344,14 @@ static int check_and_pack(Launch *L, PyObject *const *args, unsigned char *buf, 
         uint64_t bits;
         int negative = 0;
         if (p->kind == SCALAR) {
-            if (!int_bits(a, &bits, &negative) || !in_range(bits, negative, p->low, p->high))
+            if (!int_bits(a, &bits, &negative) || !pack_value(p, bits, negative, p->low, p->high, buf))
                 return 0;
-            memcpy(buf + p->offset, &bits, (size_t)p->size);
             scalars[is++] = bits;
             continue;
         }
         PyTypeObject *cls = Py_TYPE(a);
-        if ((PyObject *)cls == L->device_array) {
-            PyObject *key = attr(a, s_launch_key);
-            int same = key != NULL && key == p->key;
-            Py_XDECREF(key);
-            if (!same || !read_u64(a, s_address, &address[ip]))
+        if ((PyObject *)cls == L->arrays.device_array) {
+            if (!drop_is(attr(a, s_launch_key), p->key) || !read_u64(a, s_address, &address[ip]))
                 return 0;
             extent[ip] = UINT64_MAX; /* its bytes matter only to a footprint, as in Python */
             if (L->footprint != NULL && !read_u64(a, s_nbytes, &extent[ip]))
@@ -356,8 +360,8 @@ static int check_and_pack(Launch *L, PyObject *const *args, unsigned char *buf, 
             if (L->check_ints || !uint_bits(a, &address[ip]))
                 return 0;
             extent[ip] = UINT64_MAX; /* an int is trusted: its extent is unknown */
-        } else if (L->tensor != NULL && (PyObject *)cls == L->tensor) {
-            if (!tensor_pointer(&L->readers, p, a, &address[ip], &extent[ip]))
+        } else if (L->arrays.tensor != NULL && (PyObject *)cls == L->arrays.tensor) {
+            if (!tensor_pointer(&L->arrays, p, a, &address[ip], &extent[ip]))
                 return 0;
         } else {
             return 0;
@@ -391,10 +395,8 @@ static int footprints_fit(Launch *L, footprint_cache_t *cache, const unsigned *g
                 return -1;
             Py_ssize_t k = 0;
             for (Py_ssize_t i = 0; i < L->nparams; i++)
-                if (L->params[i].kind == SCALAR) {
-                    Py_INCREF(args[i]);
-                    PyTuple_SET_ITEM(key, k++, args[i]);
-                }
+                if (L->params[i].kind == SCALAR)
+                    PyTuple_SET_ITEM(key, k++, Py_NewRef(args[i]));
         }
         PyObject *need = PyObject_CallFunction(L->footprint, "IIIIIIN", geometry[0], geometry[1],
                                                geometry[2], geometry[3], geometry[4], geometry[5], key);
@@ -472,17 +474,26 @@ static int dims(PyObject *t, const unsigned *max, unsigned *out) {
     return 1;
 }
 
+/* A runtime.Stream's handle, asked every time: it may have been closed. */
+static int stream_of(PyObject *stream, uintptr_t *handle) {
+    uint64_t bits;
+    if (!read_u64(stream, s_handle, &bits))
+        return 0;
+    *handle = (uintptr_t)bits;
+    return 1;
+}
+
 /* The stream handle; 0 where the Python path must take the call (no error set). */
-static int resolve_stream(streams_t *S, PyObject *stream, uintptr_t *handle) {
+static int resolve_stream(arrays_t *A, PyObject *stream, uintptr_t *handle) {
     if (stream == Py_None) {
         *handle = 0;
         return 1;
     }
+    if ((PyObject *)Py_TYPE(stream) == A->stream_class)
+        return stream_of(stream, handle);
     uint64_t bits;
-    if ((PyObject *)Py_TYPE(stream) == S->stream_class) /* asked every time: it may be closed */
-        return read_u64(stream, s_handle, &bits) ? (*handle = (uintptr_t)bits, 1) : 0;
     if (PyLong_CheckExact(stream)) { /* stream_handle's own test: an int the runtime knows */
-        int known = PySet_Contains(S->known, stream);
+        int known = PySet_Contains(A->known, stream);
         if (known == 1 && uint_bits(stream, &bits)) {
             *handle = (uintptr_t)bits;
             return 1;
@@ -490,16 +501,16 @@ static int resolve_stream(streams_t *S, PyObject *stream, uintptr_t *handle) {
         if (known < 0)
             drop_error();
     }
-    if (stream == S->last && S->last_handle != NULL) {
-        int known = PySet_Contains(S->known, S->last_handle);
+    if (stream == A->last && A->last_handle != NULL) {
+        int known = PySet_Contains(A->known, A->last_handle);
         if (known == 1) {
-            *handle = S->last_value;
+            *handle = A->last_value;
             return 1;
         }
         if (known < 0)
             drop_error();
     }
-    PyObject *v = PyObject_CallOneArg(S->stream_handle, stream);
+    PyObject *v = PyObject_CallOneArg(A->stream_handle, stream);
     if (v == NULL) {
         drop_error();
         return 0;
@@ -510,20 +521,21 @@ static int resolve_stream(streams_t *S, PyObject *stream, uintptr_t *handle) {
     }
     /* Both new values in place before the old objects go: their finalizers may run
      * Python code that launches, and must find a whole pair. */
-    PyObject *old = S->last, *old_handle = S->last_handle;
-    Py_INCREF(stream);
-    S->last = stream;
-    S->last_handle = v; /* the reference stream_handle returned */
-    S->last_value = *handle = (uintptr_t)bits;
+    PyObject *old = A->last, *old_handle = A->last_handle;
+    A->last = Py_NewRef(stream);
+    A->last_handle = v; /* the reference stream_handle returned */
+    A->last_value = *handle = (uintptr_t)bits;
     Py_XDECREF(old);
     Py_XDECREF(old_handle);
     return 1;
 }
 
-static void streams_init(streams_t *S, PyObject *stream_class, PyObject *stream_handle, PyObject *known) {
-    S->stream_class = Py_NewRef(stream_class);
-    S->stream_handle = Py_NewRef(stream_handle);
-    S->known = Py_NewRef(known);
+static void arrays_init(arrays_t *A, PyObject *device_array, PyObject *stream_class, PyObject *stream_handle,
+                        PyObject *known) {
+    A->device_array = Py_NewRef(device_array);
+    A->stream_class = Py_NewRef(stream_class);
+    A->stream_handle = Py_NewRef(stream_handle);
+    A->known = Py_NewRef(known);
 }
 
 static PyObject *fall_back(PyObject *fallback, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
@@ -584,7 +596,7 @@ static PyObject *Launch_vectorcall(PyObject *self, PyObject *const *args, size_t
     if (!PyTuple_CheckExact(given) || PyTuple_GET_SIZE(given) != L->nparams)
         goto python;
     uintptr_t handle;
-    if (!resolve_stream(&L->streams, stream, &handle))
+    if (!resolve_stream(&L->arrays, stream, &handle))
         goto python;
     int done = launch_checked(L, &L->cache, &PyTuple_GET_ITEM(given, 0), geometry, (unsigned)shared, handle);
     if (done < 0)
@@ -631,6 +643,7 @@ static int param_init(param_t *p, PyObject *spec) {
     unsigned long long mask = 0;
     memset(p, 0, sizeof *p);
     p->size = 8;
+    p->raw_high = UINT64_MAX; /* a pointer's raw range: any address not negative */
     if (!PyTuple_Check(spec)) { /* a tuple holds what PyArg_Parse lends out (another sequence may not) */
         PyErr_SetString(PyExc_TypeError, "a parameter is described by a tuple");
         return 0;
@@ -723,8 +736,7 @@ static PyObject *Launch_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     L->check_ints = check_ints;
     L->open = 1;
     L->fallback = Py_NewRef(fallback);
-    L->device_array = Py_NewRef(device_array);
-    streams_init(&L->streams, stream_class, stream_handle, known);
+    arrays_init(&L->arrays, device_array, stream_class, stream_handle, known);
     L->footprint = footprint != Py_None ? Py_NewRef(footprint) : NULL;
     Py_DECREF(seq);
     return (PyObject *)L;
@@ -736,8 +748,7 @@ fail:
 
 static int Launch_traverse(Launch *L, visitproc visit, void *arg) {
     VISIT_REFS(L->refs);
-    VISIT_REFS(L->streams.refs);
-    VISIT_REFS(L->readers.descr);
+    VISIT_REFS(L->arrays.refs);
     for (Py_ssize_t i = 0; L->params != NULL && i < L->nparams; i++) {
         Py_VISIT(L->params[i].key);
         Py_VISIT(L->params[i].torch_dtype);
@@ -748,8 +759,7 @@ static int Launch_traverse(Launch *L, visitproc visit, void *arg) {
 static int Launch_clear(Launch *L) {
     L->open = 0; /* a launch after this goes to the (cleared) fallback: never reached */
     CLEAR_REFS(L->refs);
-    CLEAR_REFS(L->streams.refs);
-    CLEAR_REFS(L->readers.descr);
+    CLEAR_REFS(L->arrays.refs);
     for (Py_ssize_t i = 0; L->params != NULL && i < L->nparams; i++) {
         Py_CLEAR(L->params[i].key);
         Py_CLEAR(L->params[i].torch_dtype);
@@ -783,8 +793,7 @@ static PyObject *Launch_bind_torch(Launch *L, PyObject *args) {
         PyObject *d = PyTuple_GET_ITEM(dtypes, k++);
         Py_XSETREF(L->params[i].torch_dtype, d != Py_None ? Py_NewRef(d) : NULL);
     }
-    Py_XSETREF(L->tensor, Py_NewRef(tensor));
-    readers_bind(&L->readers, tensor);
+    arrays_bind_torch(&L->arrays, tensor);
     Py_RETURN_NONE;
 }
 
@@ -855,14 +864,6 @@ typedef struct {
 } Prepared;
 REFS_END(Prepared, stream_handle);
 
-/* One trusted value into its slot: a scalar in its C type's range, an address not negative. */
-static int pack_one(const param_t *p, uint64_t bits, int negative, unsigned char *buf) {
-    if (p->kind == SCALAR ? !in_range(bits, negative, p->raw_low, p->raw_high) : negative)
-        return 0;
-    memcpy(buf + p->offset, &bits, (size_t)p->size);
-    return 1;
-}
-
 /* The trusted launch of a raw ``P`` with ``bits``/``negative`` per parameter (raw(*values)
  * and a step of Steps): 1 launched; 0 a value outside its C type's range, or the driver
  * refused (the caller's Python path says which, or retries). */
@@ -871,8 +872,8 @@ static int launch_trusted(Prepared *P, const uint64_t *bits, const unsigned char
     uint64_t words[MAX_BUFFER / 8];
     unsigned char *buf = (unsigned char *)words;
     memset(buf, 0, (size_t)L->size);
-    for (Py_ssize_t i = 0; i < L->nparams; i++)
-        if (!pack_one(&L->params[i], bits[i], negative[i], buf))
+    for (Py_ssize_t i = 0; i < L->nparams; i++) /* a scalar in its C type's range, an address not negative */
+        if (!pack_value(&L->params[i], bits[i], negative[i], L->params[i].raw_low, L->params[i].raw_high, buf))
             return 0;
     return call_driver(L, P->geometry, P->shared, P->stream_handle, buf) == 0;
 }
@@ -887,12 +888,8 @@ static PyObject *Prepared_vectorcall(PyObject *self, PyObject *const *args, size
     if (!L->open || kwnames != NULL || PyVectorcall_NARGS(nargsf) != L->nparams)
         return fall_back(P->fallback, args, nargsf, kwnames);
     uintptr_t handle = P->stream_handle;
-    if (P->stream != NULL) { /* raises (in the Python path) once the Stream is closed */
-        uint64_t bits;
-        if (!read_u64(P->stream, s_handle, &bits))
-            return fall_back(P->fallback, args, nargsf, kwnames);
-        handle = (uintptr_t)bits;
-    }
+    if (P->stream != NULL && !stream_of(P->stream, &handle)) /* raises (in the Python path) once closed */
+        return fall_back(P->fallback, args, nargsf, kwnames);
     int done;
     if (P->raw) { /* ints as they are: an address not negative, a scalar in its C type */
         uint64_t bits[MAX_PARAMS];
@@ -1061,11 +1058,9 @@ static int steps_run(Steps *S, const uint64_t *bases) {
         }
         if (done && launch_trusted(P, bits, st->negative))
             continue;
-        /* Through the Python path of its prepared raw launch (the function the C raw launch
-         * falls back to), with int objects: C has either refused the step or had the driver
-         * refuse it: the Python path packs and calls once more, retrying with the context
-         * made current, or raises, as the Python function's raw call would. A sum below its
-         * offset went past 2**64: it is made as Python adds them, for the raw launch to refuse. */
+        /* Refused by C or by the driver: to its raw launch's Python path (see above), which packs
+         * and calls once more, retrying with the context made current, or raises. A sum below its
+         * offset went past 2**64: it is made as Python adds them (sign 2), for that to refuse. */
         unsigned char sign[MAX_PARAMS];
         for (Py_ssize_t i = 0; i < st->nargs; i++)
             sign[i] = st->source[i] < 0 ? st->negative[i] : bits[i] < st->value[i] ? 2 : 0;
@@ -1312,26 +1307,23 @@ static PyTypeObject OpEntryType = {
 
 typedef struct {
     PyObject_HEAD
-    union { /* the references it owns (and readers', streams'), also as refs[] */
+    union { /* the references it owns (and arrays'), also as refs[] */
         struct {
             PyObject *entries;        /* key -> OpEntry */
-            PyObject *device_array;   /* runtime.DeviceArray */
-            PyObject *tensor;         /* torch.Tensor once bound, else NULL */
+            PyObject *outputs;        /* runtime.outputs.outputs_of */
             PyObject *torch_dtypes;   /* torch dtype -> DType (arrays._torch_dtypes), once bound */
             PyObject *current_stream; /* torch's raw current stream of a device index, once bound, or NULL */
             PyObject *cupy_array;     /* cupy.ndarray once bound, else NULL */
             PyObject *cupy_dtypes;    /* numpy dtype -> DType (arrays._cupy_dtypes), once bound */
             PyObject *cupy_stream;    /* () -> CuPy's current stream as the ops name it, once bound */
-            PyObject *cupy_results;   /* (like, stream, results) -> CuPy's results, once bound */
         };
-        PyObject *refs[9];
+        PyObject *refs[7];
     };
-    readers_t readers;        /* how its attributes are read */
-    streams_t streams;
+    arrays_t arrays;
     char enabled;             /* off: every call answers False (use_compiled_launch) */
     PyObject *weakrefs;
 } OpLane;
-REFS_END(OpLane, readers);
+REFS_END(OpLane, arrays);
 
 enum { KIND_DEVICE_ARRAY, KIND_TENSOR, KIND_CUPY };
 
@@ -1353,43 +1345,43 @@ static void facts_clear(facts_t *f) {
     Py_CLEAR(f->strides);
 }
 
-static int read_bool(PyObject *obj, PyObject *name, int want_true) {
-    PyObject *v = attr(obj, name);
-    int ok = v != NULL && v == (want_true ? Py_True : Py_False);
-    Py_XDECREF(v);
-    return ok;
-}
-
 /* Whether an array of ``shape`` (a tuple of ints) holds an element: no extent is 0, and
- * the count stays within 64 bits. */
-static int shape_holds_elements(PyObject *shape) {
-    if (!PyTuple_Check(shape))
+ * the count stays within 64 bits. With ``strides`` (in bytes), also whether they are those
+ * of a packed row-major array of ``step`` bytes an element: stricter than CuPy's
+ * ``flags.c_contiguous``, which lets an extent of 1 have any stride, so what passes is
+ * contiguous to the Python path too; and no ``Flags`` object is made (half a microsecond
+ * a read). */
+static int shape_fits(PyObject *shape, PyObject *strides, uint64_t step) {
+    if (!PyTuple_Check(shape) ||
+        (strides != NULL && (!PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) != PyTuple_GET_SIZE(shape))))
         return 0;
     uint64_t total = 1;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
-        uint64_t extent;
+    for (Py_ssize_t i = PyTuple_GET_SIZE(shape) - 1; i >= 0; i--) {
+        uint64_t extent, stride;
         if (!uint_bits(PyTuple_GET_ITEM(shape, i), &extent) || extent == 0 || total > UINT64_MAX / extent)
             return 0;
         total *= extent;
-    }
-    return 1;
-}
-
-/* Whether ``strides`` (in bytes) are those of a packed row-major array of ``shape`` (which
- * holds elements) and ``itemsize``: stricter than CuPy's ``flags.c_contiguous``, which lets an
- * extent of 1 have any stride, so what passes is contiguous to the Python path too; and
- * no ``Flags`` object is made (half a microsecond a read). */
-static int packed_row_major(PyObject *shape, PyObject *strides, uint64_t step) {
-    if (!PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) != PyTuple_GET_SIZE(shape))
-        return 0;
-    for (Py_ssize_t i = PyTuple_GET_SIZE(shape) - 1; i >= 0; i--) {
-        uint64_t extent, stride;
-        if (!uint_bits(PyTuple_GET_ITEM(shape, i), &extent) || !uint_bits(PyTuple_GET_ITEM(strides, i), &stride) ||
-            stride != step || step > UINT64_MAX / extent)
+        if (strides == NULL)
+            continue;
+        if (!uint_bits(PyTuple_GET_ITEM(strides, i), &stride) || stride != step || step > UINT64_MAX / extent)
             return 0;
         step *= extent;
     }
     return 1;
+}
+
+/* The DType ``table`` maps ``dtype`` to (``dtype`` a new reference, let go here; NULL: a
+ * failed read): a new reference, or NULL with no error set where it has none (a miss: the
+ * Python path looks it up). */
+static PyObject *dtype_in(PyObject *table, PyObject *dtype) {
+    PyObject *found = dtype != NULL ? PyDict_GetItemWithError(table, dtype) : NULL;
+    Py_XINCREF(found);
+    Py_XDECREF(dtype);
+    if (found == Py_None)
+        Py_CLEAR(found);
+    if (found == NULL)
+        drop_error();
+    return found;
 }
 
 /* op_arrays' reading of an array, for the arrays this lane takes: an open, non-empty
@@ -1402,14 +1394,13 @@ static int array_facts(OpLane *Q, PyObject *v, facts_t *f, int written) {
     memset(f, 0, sizeof *f);
     PyObject *cls = (PyObject *)Py_TYPE(v);
     uint64_t bits;
-    if (cls == Q->device_array) {
+    if (cls == Q->arrays.device_array) {
         f->key = attr(v, s_launch_key); /* (device, dtype) while open and not empty */
         if (f->key == NULL || !PyTuple_CheckExact(f->key) || PyTuple_GET_SIZE(f->key) != 2 ||
             !read_u64(PyTuple_GET_ITEM(f->key, 0), s_ordinal, &bits) || !read_u64(v, s_address, &f->address))
             goto no;
         f->ordinal = (long long)bits;
-        f->dtype = PyTuple_GET_ITEM(f->key, 1);
-        Py_INCREF(f->dtype);
+        f->dtype = Py_NewRef(PyTuple_GET_ITEM(f->key, 1));
         if ((f->shape = attr(v, s_shape)) == NULL)
             goto no;
         f->writable = 1;
@@ -1417,20 +1408,13 @@ static int array_facts(OpLane *Q, PyObject *v, facts_t *f, int written) {
     }
     if (Q->cupy_array != NULL && cls == Q->cupy_array) {
         f->kind = KIND_CUPY;
-        PyObject *cupy_dtype = attr(v, s_dtype), *strides, *memory;
-        PyObject *dtype = cupy_dtype != NULL ? PyDict_GetItemWithError(Q->cupy_dtypes, cupy_dtype) : NULL;
-        Py_XINCREF(dtype);
-        Py_XDECREF(cupy_dtype);
-        if (dtype == NULL || dtype == Py_None) { /* a miss: the Python path looks it up */
-            Py_XDECREF(dtype);
-            drop_error();
+        PyObject *strides, *memory;
+        if ((f->dtype = dtype_in(Q->cupy_dtypes, attr(v, s_dtype))) == NULL)
             return 0;
-        }
-        f->dtype = dtype;
-        if ((f->shape = attr(v, s_shape)) == NULL || !shape_holds_elements(f->shape) ||
-            !read_u64(dtype, s_itemsize, &bits) || (strides = attr(v, s_strides)) == NULL)
+        if ((f->shape = attr(v, s_shape)) == NULL || !read_u64(f->dtype, s_itemsize, &bits) ||
+            (strides = attr(v, s_strides)) == NULL)
             goto no;
-        int packed = packed_row_major(f->shape, strides, bits);
+        int packed = shape_fits(f->shape, strides, bits);
         Py_DECREF(strides);
         if (!packed || (memory = attr(v, s_data)) == NULL)
             goto no;
@@ -1442,36 +1426,27 @@ static int array_facts(OpLane *Q, PyObject *v, facts_t *f, int written) {
         f->writable = 1;
         return 1;
     }
-    if (Q->tensor == NULL || cls != Q->tensor)
+    if (Q->arrays.tensor == NULL || cls != Q->arrays.tensor)
         return 0;
     f->kind = KIND_TENSOR;
-    const readers_t *R = &Q->readers;
-    if (!tensor_is(R, T_IS_CUDA, v, Py_True))
+    const arrays_t *A = &Q->arrays;
+    if (!tensor_is(A, T_IS_CUDA, v, Py_True))
         return 0;
-    if (!tensor_is(R, T_IS_CONTIGUOUS, v, Py_True)) {
+    if (!tensor_is(A, T_IS_CONTIGUOUS, v, Py_True)) {
         /* not contiguous, or the read failed: an interrupt then stays set, and no more is read */
-        if (PyErr_Occurred() || (f->strides = tensor_read(R, T_STRIDE, v)) == NULL)
+        if (PyErr_Occurred() || (f->strides = tensor_read(A, T_STRIDE, v)) == NULL)
             return 0;
         if (!PyTuple_CheckExact(f->strides))
             goto no;
     }
-    PyObject *torch_dtype = tensor_read(R, T_DTYPE, v);
-    if (torch_dtype == NULL)
+    if ((f->dtype = dtype_in(Q->torch_dtypes, tensor_read(A, T_DTYPE, v))) == NULL)
         goto no;
-    PyObject *dtype = PyDict_GetItemWithError(Q->torch_dtypes, torch_dtype);
-    Py_DECREF(torch_dtype);
-    if (dtype == NULL || dtype == Py_None) {
-        drop_error();
-        goto no;
-    }
-    Py_INCREF(dtype);
-    f->dtype = dtype;
-    if (!tensor_u64(R, T_DATA_PTR, v, &f->address) || (f->shape = tensor_read(R, T_SHAPE, v)) == NULL ||
-        !shape_holds_elements(f->shape) || !tensor_u64(R, T_GET_DEVICE, v, &bits))
+    if (!tensor_u64(A, T_DATA_PTR, v, &f->address) || (f->shape = tensor_read(A, T_SHAPE, v)) == NULL ||
+        !shape_fits(f->shape, NULL, 0) || !tensor_u64(A, T_GET_DEVICE, v, &bits))
         goto no;
     f->ordinal = (long long)bits;
     if (written) {
-        PyObject *grad = tensor_read(R, T_REQUIRES_GRAD, v);
+        PyObject *grad = tensor_read(A, T_REQUIRES_GRAD, v);
         if (grad == NULL)
             goto no;
         f->writable = grad == Py_False; /* a tensor that requires grad is not written behind autograd */
@@ -1501,84 +1476,62 @@ static PyObject *lane_false(void) {
     Py_RETURN_FALSE;
 }
 
-/* The results of a call without ``out``, as runtime/outputs.py's new_outputs makes them,
- * one per ``(shape, strides)`` of ``results`` (the route's, checked by entry_of), of the
- * kind of ``like`` (read into ``facts``):
- * - a torch tensor's, where torch's current stream on its device is the op's:
+/* The results of a call without ``out``, one per ``(shape, strides)`` of ``results`` (the
+ * route's, checked by entry_of), of the kind of ``like`` (read into ``facts``), as
+ * runtime/outputs.py's outputs_of makes them:
+ * - a torch tensor's, where torch's current stream on its device is the op's, here:
  *   ``like.new_empty_strided(shape, strides)`` (its dtype and device, dense in the input's
  *   memory order), from torch's caching allocator, which gives the block to that stream;
- * - a DeviceArray's: ``device.empty(shape, dtype, stream=handle)``, from the device's pool on
- *   the op's stream (``device``: the call's; row-major results only);
- * - a CuPy array's: ``cupy_results(like, handle, results)`` (runtime/outputs.py), from CuPy's
- *   pool on the op's stream (row-major results only).
+ * - any other's by ``outputs_of(like, device, handle, results, dtype, None)`` itself
+ *   (row-major results only): CuPy's from CuPy's pool, DeviceArrays in one allocation
+ *   from the device's pool, on the op's stream.
  * A new list, the addresses in ``addresses``; NULL with no error set where torch's current
  * stream is another (the Python path makes them under the op's) or an address cannot be
  * read; NULL with the allocator's error where an allocation fails (nothing is launched). */
 static PyObject *fresh_results(OpLane *Q, PyObject *like, const facts_t *facts, PyObject *device,
                                uintptr_t handle, PyObject *results, uint64_t *addresses) {
-    PyObject *stream = NULL, *kwnames = NULL; /* device.empty's stream=, for DeviceArrays only */
-    if (facts->kind == KIND_CUPY) {
-        PyObject *made = NULL, *handle_obj = PyLong_FromUnsignedLongLong(handle);
-        if (handle_obj != NULL)
-            made = PyObject_CallFunctionObjArgs(Q->cupy_results, like, handle_obj, results, NULL);
-        Py_XDECREF(handle_obj);
-        Py_ssize_t n = PyTuple_GET_SIZE(results);
-        if (made != NULL && !PyList_CheckExact(made))
-            Py_CLEAR(made);
-        for (Py_ssize_t i = 0; made != NULL && i < n; i++) {
-            if (PyList_GET_SIZE(made) != n) { /* reading an address runs Python code: the list is checked each time */
-                Py_CLEAR(made);
-                break;
-            }
-            PyObject *r = Py_NewRef(PyList_GET_ITEM(made, i));
-            PyObject *memory = attr(r, s_data);
-            int read = memory != NULL && read_u64(memory, s_ptr, &addresses[i]);
-            Py_XDECREF(memory);
-            Py_DECREF(r);
-            if (!read)
-                Py_CLEAR(made);
+    Py_ssize_t n = PyTuple_GET_SIZE(results);
+    if (facts->kind != KIND_TENSOR) {
+        PyObject *made = NULL, *pair = NULL, *handle_obj = PyLong_FromUnsignedLongLong(handle);
+        if (handle_obj != NULL) {
+            PyObject *call[6] = {like, device, handle_obj, results, facts->dtype, Py_None};
+            pair = PyObject_Vectorcall(Q->outputs, call, 6, NULL);
+            Py_DECREF(handle_obj);
         }
+        if (pair != NULL && PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2 &&
+            PyList_CheckExact(PyTuple_GET_ITEM(pair, 0)) && PyList_GET_SIZE(PyTuple_GET_ITEM(pair, 0)) == n &&
+            PyList_CheckExact(PyTuple_GET_ITEM(pair, 1)) && PyList_GET_SIZE(PyTuple_GET_ITEM(pair, 1)) == n) {
+            made = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
+            for (Py_ssize_t i = 0; made != NULL && i < n; i++)
+                if (!uint_bits(PyList_GET_ITEM(PyTuple_GET_ITEM(pair, 1), i), &addresses[i]))
+                    Py_CLEAR(made);
+        }
+        Py_XDECREF(pair);
         return made;
     }
-    if (facts->kind == KIND_TENSOR) {
-        PyObject *index = PyLong_FromLongLong(facts->ordinal);
-        PyObject *current = index != NULL ? PyObject_Vectorcall(Q->current_stream, &index, 1, NULL) : NULL;
-        uint64_t raw;
-        int ok = current != NULL && uint_bits(current, &raw);
-        Py_XDECREF(index);
-        Py_XDECREF(current);
-        if (!ok || (raw != handle && !(raw <= 1 && handle <= 1))) { /* stream.same_stream: 0, 1 legacy */
-            drop_error();
-            return NULL;
-        }
-    } else if ((stream = PyLong_FromUnsignedLongLong(handle)) == NULL ||
-               (kwnames = PyTuple_Pack(1, s_stream)) == NULL) {
-        Py_XDECREF(stream);
+    PyObject *index = PyLong_FromLongLong(facts->ordinal);
+    PyObject *current = index != NULL ? PyObject_Vectorcall(Q->current_stream, &index, 1, NULL) : NULL;
+    uint64_t raw;
+    int ok = current != NULL && uint_bits(current, &raw);
+    Py_XDECREF(index);
+    Py_XDECREF(current);
+    if (!ok || (raw != handle && !(raw <= 1 && handle <= 1))) { /* stream.same_stream: 0, 1 legacy */
+        drop_error();
         return NULL;
     }
-    Py_ssize_t n = PyTuple_GET_SIZE(results);
     PyObject *made = PyList_New(n);
     for (Py_ssize_t i = 0; made != NULL && i < n; i++) {
-        PyObject *shape = PyTuple_GET_ITEM(PyTuple_GET_ITEM(results, i), 0), *r;
-        if (facts->kind == KIND_DEVICE_ARRAY) {
-            PyObject *call[4] = {device, shape, facts->dtype, stream};
-            r = PyObject_VectorcallMethod(s_empty, call, 3, kwnames);
-        } else {
-            PyObject *call[3] = {like, shape, PyTuple_GET_ITEM(PyTuple_GET_ITEM(results, i), 1)};
-            r = PyObject_VectorcallMethod(s_new_empty_strided, call, 3, NULL);
-        }
+        PyObject *call[3] = {like, PyTuple_GET_ITEM(PyTuple_GET_ITEM(results, i), 0),
+                             PyTuple_GET_ITEM(PyTuple_GET_ITEM(results, i), 1)};
+        PyObject *r = PyObject_VectorcallMethod(s_new_empty_strided, call, 3, NULL);
         if (r == NULL) { /* the allocator's own error (out of memory, say): the caller's to see */
             Py_CLEAR(made);
             break;
         }
         PyList_SET_ITEM(made, i, r);
-        int read = facts->kind == KIND_TENSOR ? tensor_u64(&Q->readers, T_DATA_PTR, r, &addresses[i])
-                                              : read_u64(r, s_address, &addresses[i]);
-        if (!read)
+        if (!tensor_u64(&Q->arrays, T_DATA_PTR, r, &addresses[i]))
             Py_CLEAR(made);
     }
-    Py_XDECREF(stream);
-    Py_XDECREF(kwnames);
     return made;
 }
 
@@ -1638,22 +1591,17 @@ static int read_call(OpLane *Q, int join, PyObject *const *args, call_t *c) {
             if (!PyLong_CheckExact(PyTuple_GET_ITEM(c->held[0], i)))
                 return 0;
     }
-    if (!resolve_stream(&Q->streams, stream, &c->handle))
+    if (!resolve_stream(&Q->arrays, stream, &c->handle))
         return 0;
     /* (op, fresh, dim, *sizes, then per array: class, shape, strides, dtype, writable) */
     if ((c->key = PyTuple_New(2 + nints + 5 * c->narrays)) == NULL)
         return -1;
     PyObject *head[3] = {join ? s_forward : s_backward, c->fresh ? Py_True : Py_False, dim};
     Py_ssize_t at = 0;
-    for (; at < 3; at++) {
-        Py_INCREF(head[at]);
-        PyTuple_SET_ITEM(c->key, at, head[at]);
-    }
-    for (Py_ssize_t i = 0; !join && i < n; i++, at++) {
-        PyObject *size = PyTuple_GET_ITEM(c->held[0], i);
-        Py_INCREF(size);
-        PyTuple_SET_ITEM(c->key, at, size);
-    }
+    for (; at < 3; at++)
+        PyTuple_SET_ITEM(c->key, at, Py_NewRef(head[at]));
+    for (Py_ssize_t i = 0; !join && i < n; i++, at++)
+        PyTuple_SET_ITEM(c->key, at, Py_NewRef(PyTuple_GET_ITEM(c->held[0], i)));
     while (c->nread < c->narrays) {
         facts_t *a = &c->f[c->nread];
         PyObject *array = c->arrays[c->nread];
@@ -1666,10 +1614,8 @@ static int read_call(OpLane *Q, int join, PyObject *const *args, call_t *c) {
         PyObject *fact[5] = {(PyObject *)Py_TYPE(array), a->shape,
                              a->strides != NULL ? a->strides : Py_None, a->dtype,
                              !written ? Py_None : a->writable ? Py_True : Py_False};
-        for (int k = 0; k < 5; k++, at++) {
-            Py_INCREF(fact[k]);
-            PyTuple_SET_ITEM(c->key, at, fact[k]);
-        }
+        for (int k = 0; k < 5; k++, at++)
+            PyTuple_SET_ITEM(c->key, at, Py_NewRef(fact[k]));
         c->cupy |= a->kind == KIND_CUPY;
     }
     if (c->cupy) { /* the stream a CuPy array's interface names must be the op's: else Python orders them */
@@ -1718,7 +1664,7 @@ static int find_slot(OpEntry *e, long long ordinal, uint64_t handle, uint64_t pa
             continue;
         Py_INCREF(s.device);
         Py_INCREF(s.launch);
-        if (read_bool(s.device, s_closed, 0)) {
+        if (drop_is(attr(s.device, s_closed), Py_False)) {
             *device = s.device;
             *launch = s.launch;
             return 1;
@@ -1764,11 +1710,10 @@ static PyObject *lane_run(OpLane *Q, call_t *c) {
         /* nothing is allocated unless a launch of this device and stream is there to run */
         if (!find_slot(e, ordinal, c->handle, 0, 1, &device, &launch))
             goto done;
+        nmade = PyTuple_GET_SIZE(e->results);
+        made = fresh_results(Q, c->arrays[0], first, device, c->handle, e->results, addresses);
         Py_CLEAR(device);
         Py_CLEAR(launch);
-        PyObject *own = first->kind == KIND_DEVICE_ARRAY ? PyTuple_GET_ITEM(first->key, 0) : NULL;
-        nmade = PyTuple_GET_SIZE(e->results);
-        made = fresh_results(Q, c->arrays[0], first, own, c->handle, e->results, addresses);
         if (made == NULL) { /* the allocator's own error (out of memory, say) is the caller's */
             if (PyErr_Occurred())
                 result = NULL;
@@ -1837,10 +1782,8 @@ static int results_fit(PyObject *results, Py_ssize_t nmade) {
  * (a new reference; NULL, an error set or not, where the route does not fit the call). */
 static OpEntry *entry_of(OpLane *Q, call_t *c, PyObject *route, Py_ssize_t nmade) {
     OpEntry *e = (OpEntry *)PyDict_GetItemWithError(Q->entries, c->key);
-    if (e != NULL) {
-        Py_INCREF(e);
-        return e;
-    }
+    if (e != NULL)
+        return (OpEntry *)Py_NewRef(e);
     if (PyErr_Occurred() || (e = PyObject_GC_New(OpEntry, &OpEntryType)) == NULL)
         return NULL;
     e->results = NULL;
@@ -1957,9 +1900,7 @@ static PyObject *lane_remember(OpLane *Q, int join, PyObject *const *args, Py_ss
         at = e->nslots;
     slot_t *s = &e->slots[at];
     PyObject *old_device = at < e->nslots ? s->device : NULL, *old_launch = at < e->nslots ? s->launch : NULL;
-    Py_INCREF(device);
-    Py_INCREF(launch);
-    *s = (slot_t){c.f[0].ordinal, c.handle, pattern, device, launch};
+    *s = (slot_t){c.f[0].ordinal, c.handle, pattern, Py_NewRef(device), Py_NewRef(launch)};
     if (at == e->nslots)
         e->nslots++;
     Py_XDECREF(old_device); /* after the slot is whole: a finalizer may run Python code */
@@ -1987,34 +1928,37 @@ static PyObject *OpLane_bind_torch(OpLane *Q, PyObject *args) {
     PyObject *tensor, *dtypes, *current = Py_None;
     if (!PyArg_ParseTuple(args, "OO!|O", &tensor, &PyDict_Type, &dtypes, &current))
         return NULL;
-    Py_XSETREF(Q->tensor, Py_NewRef(tensor));
-    readers_bind(&Q->readers, tensor);
+    arrays_bind_torch(&Q->arrays, tensor);
     Py_XSETREF(Q->torch_dtypes, Py_NewRef(dtypes));
     Py_XSETREF(Q->current_stream, current != Py_None ? Py_NewRef(current) : NULL);
     Py_RETURN_NONE;
 }
 
-/* bind_cupy(ndarray, dtypes, current_stream, results): recognise contiguous CuPy arrays, their
+/* bind_cupy(ndarray, dtypes, current_stream): recognise contiguous CuPy arrays, their
  * dtypes through the table, while ``current_stream()`` (CuPy's, as the ops name it) is the
- * op's; ``results(like, stream, results)`` makes the results of calls without ``out``. */
+ * op's. */
 static PyObject *OpLane_bind_cupy(OpLane *Q, PyObject *args) {
-    PyObject *ndarray, *dtypes, *current, *results;
-    if (!PyArg_ParseTuple(args, "OO!OO", &ndarray, &PyDict_Type, &dtypes, &current, &results))
+    PyObject *ndarray, *dtypes, *current;
+    if (!PyArg_ParseTuple(args, "OO!O", &ndarray, &PyDict_Type, &dtypes, &current))
         return NULL;
     Py_XSETREF(Q->cupy_dtypes, Py_NewRef(dtypes));
     Py_XSETREF(Q->cupy_stream, Py_NewRef(current));
-    Py_XSETREF(Q->cupy_results, Py_NewRef(results));
     Py_XSETREF(Q->cupy_array, Py_NewRef(ndarray)); /* last: the others are there once it is */
     Py_RETURN_NONE;
 }
 
 static PyObject *OpLane_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"device_array", "stream_class", "stream_handle", "known_streams", "enabled", NULL};
-    PyObject *device_array, *stream_class, *stream_handle, *known;
+    static char *names[] = {"device_array", "stream_class", "stream_handle", "known_streams", "outputs", "enabled",
+                            NULL};
+    PyObject *device_array, *stream_class, *stream_handle, *known, *outputs;
     int enabled = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO!|p", names, &device_array, &stream_class,
-                                     &stream_handle, &PySet_Type, &known, &enabled))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO!O|p", names, &device_array, &stream_class,
+                                     &stream_handle, &PySet_Type, &known, &outputs, &enabled))
         return NULL;
+    if (!PyCallable_Check(outputs)) {
+        PyErr_SetString(PyExc_TypeError, "outputs must be callable (runtime.outputs.outputs_of)");
+        return NULL;
+    }
     OpLane *Q = (OpLane *)type->tp_alloc(type, 0);
     if (Q == NULL)
         return NULL;
@@ -2022,23 +1966,21 @@ static PyObject *OpLane_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         Py_DECREF(Q);
         return NULL;
     }
-    Q->device_array = Py_NewRef(device_array);
-    streams_init(&Q->streams, stream_class, stream_handle, known);
+    arrays_init(&Q->arrays, device_array, stream_class, stream_handle, known);
+    Q->outputs = Py_NewRef(outputs);
     Q->enabled = enabled;
     return (PyObject *)Q;
 }
 
 static int OpLane_traverse(OpLane *Q, visitproc visit, void *arg) {
     VISIT_REFS(Q->refs);
-    VISIT_REFS(Q->streams.refs);
-    VISIT_REFS(Q->readers.descr);
+    VISIT_REFS(Q->arrays.refs);
     return 0;
 }
 
 static int OpLane_clear(OpLane *Q) {
     CLEAR_REFS(Q->refs);
-    CLEAR_REFS(Q->streams.refs);
-    CLEAR_REFS(Q->readers.descr);
+    CLEAR_REFS(Q->arrays.refs);
     return 0;
 }
 
@@ -2072,8 +2014,8 @@ static PyMethodDef OpLane_methods[] = {
      "bind_torch(tensor_class, dtypes, current_stream=None): recognise torch tensors (dtypes: torch "
      "dtype -> DType); with torch's raw current stream of a device index, make results without out."},
     {"bind_cupy", (PyCFunction)OpLane_bind_cupy, METH_VARARGS,
-     "bind_cupy(ndarray, dtypes, current_stream, results): recognise contiguous CuPy arrays (dtypes: numpy "
-     "dtype -> DType) while current_stream() is the op's; results(like, stream, results) makes results without out."},
+     "bind_cupy(ndarray, dtypes, current_stream): recognise contiguous CuPy arrays (dtypes: numpy "
+     "dtype -> DType) while current_stream() is the op's."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2117,7 +2059,7 @@ static int intern_all(void) {
         {&s_stream, "stream"}, {&s_shared_mem, "shared_mem"}, {&s_shape, "shape"},
         {&s_ordinal, "ordinal"}, {&s_closed, "closed"},
         {&s_requires_grad, "requires_grad"}, {&s_itemsize, "itemsize"},
-        {&s_empty, "empty"}, {&s_stride, "stride"}, {&s_new_empty_strided, "new_empty_strided"},
+        {&s_stride, "stride"}, {&s_new_empty_strided, "new_empty_strided"},
         {&s_first_output, "first_output"}, {&s_spans, "spans"},
         {&s_results, "results"}, {&s_order, "order"}, {&s_backward, "backward"},
         {&s_forward, "forward"}, {&s_strides, "strides"}, {&s_data, "data"}, {&s_ptr, "ptr"}, {&s_device_id, "device_id"},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from ptxgen.dtypes import resolve_dtype
@@ -12,7 +13,7 @@ from ptxgen.targets import min_cuda_for_isa, newest_isa_for_cuda, target_capabil
 
 from ._driver import check, driver
 from .context import Context
-from .memory import DeviceArray, check_byte_order
+from .memory import DeviceArray, check_byte_order, empty_group
 from .pool import MemoryPool
 
 __all__ = ["Device"]
@@ -163,6 +164,17 @@ class Device:
         device's pool, ordered on ``stream`` (default: the legacy default stream). It is
         ready for work queued on that stream after this call; see :mod:`runtime.pool`."""
         return DeviceArray(self, shape, dtype, stream=stream)
+
+    def empty_group(self, shapes: Sequence[Any], dtype: Any, *, stream: Any = None) -> list[DeviceArray]:
+        """One uninitialised array per shape of ``shapes`` (a list of tuples), as
+        :meth:`empty` makes it, all of ``dtype`` and ordered on ``stream``, in one
+        allocation from the pool (each 256-byte aligned, so up to 255 bytes of padding an
+        array): one driver allocation and one free for all of them, which is what an op's
+        results are made with. An array of no element lies outside it (address 0). The
+        memory goes back when the last array holding it is closed or collected, so one
+        kept holds the whole allocation, as a view does in torch; ``record_stream`` on
+        any of them orders that one free after the stream."""
+        return empty_group(self, shapes, dtype, stream=stream)
 
     def to_device(self, array: Any, dtype: Any = None) -> DeviceArray:
         """Copy a numpy array to the device.

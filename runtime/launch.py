@@ -67,6 +67,7 @@ from .launch_checks import UNKNOWN_EXTENT, ArgumentChecks, FootprintCheck, packe
 from .launch_python import block_fits, python_launch_path
 from .layout import ArgumentLayout, ParamBuffer
 from .memory import DeviceArray
+from .outputs import outputs_of
 from .stream import Stream, known_stream_handles, stream_handle
 
 if TYPE_CHECKING:
@@ -190,6 +191,7 @@ def compiled_ops() -> Any:
         stream_class=Stream,
         stream_handle=stream_handle,
         known_streams=known_stream_handles(),
+        outputs=outputs_of,
         enabled=False,
     )
     _compiled_ops.add(ops)  # first, so that a use_compiled_launch from now on reaches it

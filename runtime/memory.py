@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import sys
 import weakref
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ptxgen.dtypes import DType, resolve_dtype
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
     from .device import Device
 
-__all__ = ["DeviceArray", "launch_key", "numpy_dtype"]
+__all__ = ["DeviceArray", "empty_group", "launch_key", "numpy_dtype"]
 
 # One key object per (device, dtype): a launcher recognises an open, non-empty array
 # of the right device and dtype by one identity comparison with it.
@@ -85,8 +86,10 @@ class DeviceArray:
     device's stream-ordered pool (:mod:`runtime.pool`) on ``stream`` (a handle; 0, the
     legacy default stream, unless one was named). Freed exactly once, on that stream,
     without waiting for the device: on :meth:`close`, when the array is
-    garbage-collected, or when its device closes. Work on other streams that uses it
-    is ordered by the caller, or named with :meth:`record_stream`. Offers
+    garbage-collected, or when its device closes. Arrays made together in one allocation
+    (:meth:`Device.empty_group`, an op's results) free it with the last of them. Work on
+    other streams that uses it is ordered by the caller, or named with
+    :meth:`record_stream`. Offers
     ``__cuda_array_interface__`` and ``__dlpack__`` (bf16 and fp8 included), so torch,
     CuPy and Numba can view it without a copy.
 
@@ -99,27 +102,33 @@ class DeviceArray:
     launch_key: tuple[Device, DType] | None
 
     def __init__(self, device: Device, shape: Any, dtype: Any, *, stream: Any = None) -> None:
+        dims, dtype, handle = _shape_of(shape), resolve_dtype(dtype), stream_handle(stream)
+        nbytes = math.prod(dims) * dtype.itemsize
+        owner = owning_stream(handle)
+        describe = lambda: f"a {dims} {dtype.name} array"  # noqa: E731 (formatted only for an error)
+        memory = _Allocation(device, nbytes, handle, owner, describe) if nbytes else None
+        self._fill(device, dims, dtype, nbytes, handle, owner, memory, memory.base if memory else 0)
+        if memory is not None:
+            memory.holders.add(id(self))
+
+    def _fill(
+        self, device: Device, shape: tuple[int, ...], dtype: DType, nbytes: int, stream: int,
+        owner: Stream | None, memory: _Allocation | None, ptr: int,
+    ) -> None:  # fmt: skip
         self.device = device
-        self.shape = _shape_of(shape)
-        self._dtype = resolve_dtype(dtype)
-        self.size = math.prod(self.shape)
-        self.nbytes = self.size * self._dtype.itemsize
-        self.stream = stream_handle(stream)  # where it was allocated, and is freed
+        self.shape = shape
+        self._dtype = dtype
+        self.size = math.prod(shape)
+        self.nbytes = nbytes
+        self.stream = stream  # where it was allocated, and is freed
         # A runtime.Stream of the runtime's own is kept: closed before the array is freed,
         # it leaves an event that orders the free after its work.
-        self._owner = owning_stream(self.stream)
-        self._ptr = 0
-        # record_stream's (handle, runtime.Stream or None): the free waits for them
-        self._other_streams: list[tuple[int, Any]] = []
-        captured, memory = False, None
-        if self.nbytes:
-            pool = device.memory_pool
-            self._ptr, captured, memory = pool.allocate(self.nbytes, self.stream, self._describe)
-        self._finalizer = weakref.finalize(
-            self, _free, device, self._ptr, self.stream, self._owner, captured, memory, self._other_streams
-        )
-        self.address = self._ptr
-        self.launch_key = launch_key(device, self._dtype) if self.nbytes else None
+        self._owner = owner
+        self._memory = memory  # None: no element, or closed
+        self._open = True
+        self._ptr = ptr
+        self.address = ptr
+        self.launch_key = launch_key(device, dtype) if nbytes else None
         device.context.track(self)
 
     # --- what it is -------------------------------------------------------------------
@@ -136,21 +145,18 @@ class DeviceArray:
     @property
     def ptr(self) -> int:
         """The device address; raises once the array is closed."""
-        if not self._finalizer.alive:
+        if not self._open:
             raise ValueError("this DeviceArray is closed")
         return self._ptr
 
     @property
     def closed(self) -> bool:
-        return not self._finalizer.alive
+        return not self._open
 
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d DeviceArray")
         return self.shape[0]
-
-    def _describe(self) -> str:
-        return f"a {self.shape} {self._dtype.name} array"
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"ptr={self._ptr:#x}"
@@ -269,21 +275,96 @@ class DeviceArray:
         handle = stream_handle(stream)
         if self.closed:
             raise ValueError("this DeviceArray is closed")
-        if not same_stream(handle, self.stream) and all(h != handle for h, _ in self._other_streams):
-            # a runtime.Stream is kept: closed before the free, it is waited for by its last event
-            self._other_streams.append((handle, owning_stream(handle)))
+        memory = self._memory
+        if memory is not None and not same_stream(handle, self.stream):
+            memory.record(handle)
 
     def close(self) -> None:
-        """Free the memory now; idempotent. Views handed to other libraries become invalid."""
+        """Give the memory back now; idempotent. Views handed to other libraries become
+        invalid. An array made in one allocation with others (:meth:`Device.empty_group`,
+        an op's results) gives it back with the last of them to be closed or collected."""
         self.launch_key = None  # first: no launch may pick up the address once it is freed
         self.address = 0
-        self._finalizer()
+        memory, self._memory = self._memory, None
+        self._open = False
+        if memory is not None:
+            # Idempotent without a lock: this array leaves the set once however often it is
+            # closed (two threads, a finalizer inside a close), and the free is a
+            # finalizer, which runs once whoever calls it first.
+            memory.holders.discard(id(self))
+            if not memory.holders:
+                memory.free()
 
     def __enter__(self) -> DeviceArray:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def empty_group(
+    device: Device, shapes: Sequence[Any], dtype: Any, *, stream: Any = None
+) -> list[DeviceArray]:
+    """One array per shape (see :meth:`Device.empty_group`), all in one allocation.
+    Every shape is checked before anything is allocated."""
+    if not isinstance(shapes, Sequence) or isinstance(shapes, (str, bytes)):
+        raise TypeError(f"empty_group takes a list of shapes, one per array, not {shapes!r}")
+    listed = list(shapes)
+    for i, shape in enumerate(listed):
+        if not isinstance(shape, (tuple, list)):
+            raise TypeError(
+                f"empty_group: shapes[{i}] is {shape!r}; each shape is a tuple of ints, one per "
+                "array (e.g. [(64, 32), (64, 16)]; for one array, Device.empty)"
+            )
+    dims = [_shape_of(s) for s in listed]
+    dtype, handle = resolve_dtype(dtype), stream_handle(stream)
+    sizes = [math.prod(d) * dtype.itemsize for d in dims]
+    starts, total = [], 0
+    for nbytes in sizes:
+        starts.append(total)
+        total += -(-nbytes // _ALIGNMENT) * _ALIGNMENT
+    owner = owning_stream(handle)
+    describe = lambda: f"{len(dims)} {dtype.name} arrays"  # noqa: E731
+    memory = _Allocation(device, total, handle, owner, describe) if any(sizes) else None
+    arrays = []
+    for d, nbytes, start in zip(dims, sizes, starts):
+        a = DeviceArray.__new__(DeviceArray)
+        held = memory if nbytes else None
+        a._fill(device, d, dtype, nbytes, handle, owner, held, held.base + start if held else 0)
+        arrays.append(a)
+    if memory is not None:
+        memory.holders.update(id(a) for a in arrays if a.nbytes)
+    return arrays
+
+
+# Where each array of a shared allocation starts: 256-byte aligned, as cuMemAlloc's are.
+_ALIGNMENT = 256
+
+
+class _Allocation:
+    """One allocation from a device's pool, held by the arrays made in it (one array, or
+    an op's results): given back on its stream, after the streams recorded for any of
+    them, when the last is closed (``holders``: the ids of the arrays not closed yet), or
+    when all of them are collected (its finalizer, which runs once whichever comes
+    first)."""
+
+    __slots__ = ("__weakref__", "base", "free", "holders", "other_streams")
+
+    def __init__(
+        self, device: Device, nbytes: int, stream: int, owner: Stream | None, what: Callable[[], str]
+    ) -> None:
+        self.base, captured, memory = device.memory_pool.allocate(nbytes, stream, what)
+        self.holders: set[int] = set()  # filled by the arrays made in it
+        # record_stream's (handle, runtime.Stream or None): the free waits for them
+        self.other_streams: list[tuple[int, Any]] = []
+        self.free = weakref.finalize(
+            self, _free, device, self.base, stream, owner, captured, memory, self.other_streams
+        )
+
+    def record(self, handle: int) -> None:
+        if all(h != handle for h, _ in self.other_streams):
+            # a runtime.Stream is kept: closed before the free, it is waited for by its last event
+            self.other_streams.append((handle, owning_stream(handle)))
 
 
 def _free(

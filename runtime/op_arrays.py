@@ -79,21 +79,49 @@ class _Array:
 
 
 _torch_dtypes = torch_dtype_table()  # torch dtype -> ours (None: none), filled by dtype_of_torch
-_tensor_class: list[type | None] = [None]  # torch.Tensor, once torch has been imported
-# Each is called with torch.Tensor when torch is first seen: runtime.ops binds its C path
-# so, which this module, imported by it, cannot name.
-_torch_seen: list[Callable[[type], None]] = []
-# And each of these with cupy.ndarray, when a CuPy array is first read (see _seen_cupy).
-_cupy_class: list[type | None] = [None]
-_cupy_seen: list[Callable[[type], None]] = []
 _binding = threading.Lock()
+
+
+class FirstSeen:
+    """An array library's array class (``torch.Tensor``, ``cupy.ndarray``), remembered
+    when the ops first read one of its arrays. What waits for the library (runtime.ops
+    binds its C lane to it, which this module, imported by ops, cannot name) registers
+    with :meth:`when_seen` and is called with the class then, once: the first callers of
+    two threads bind it once."""
+
+    __slots__ = ("_waiting", "array_class")
+
+    def __init__(self, array_class: type | None = None) -> None:
+        self.array_class = array_class  # read on every call: a plain attribute
+        self._waiting: list[Callable[[type], None]] = []
+
+    def when_seen(self, callback: Callable[[type], None]) -> None:
+        """Calls ``callback(array_class)`` when the class is first seen (now, where it has been)."""
+        with _binding:
+            self._waiting.append(callback)
+            if self.array_class is not None:
+                callback(self.array_class)
+
+    def seen(self, array_class: type) -> type:
+        """Remembers ``array_class``, telling what waits the first time (and again for
+        another class: a test's stand-in); returns the class remembered."""
+        with _binding:
+            if self.array_class is not array_class:
+                for callback in self._waiting:
+                    callback(array_class)
+                self.array_class = array_class
+            return self.array_class
+
+
+TORCH = FirstSeen()  # torch.Tensor, once torch has been imported (torch_tensor_class)
+CUPY = FirstSeen()  # cupy.ndarray, once a CuPy array has been read
 
 
 def torch_tensor_class() -> type | None:
     """``torch.Tensor`` once torch has been imported (by anyone), remembered; else None.
-    The one way every path asks: a module that bound the list's first item at import
-    time would keep the None it saw before torch came."""
-    tensor = _tensor_class[0]
+    The one way every path asks: a module that bound the class at import time would keep
+    the None it saw before torch came."""
+    tensor = TORCH.array_class
     if tensor is not None:
         return tensor
     # A torch another thread is still importing is in sys.modules without its Tensor yet:
@@ -101,22 +129,7 @@ def torch_tensor_class() -> type | None:
     tensor = getattr(sys.modules.get("torch"), "Tensor", None)
     if not isinstance(tensor, type):
         return None
-    with _binding:  # the first callers of two threads bind the C path once
-        if _tensor_class[0] is None:
-            for seen in _torch_seen:
-                seen(tensor)
-            _tensor_class[0] = tensor
-    return _tensor_class[0]
-
-
-def _seen_cupy(ndarray: type) -> None:
-    """The first CuPy array read (of this ``cupy.ndarray``: a test may stand in another):
-    what waits for CuPy is told, once."""
-    with _binding:
-        if _cupy_class[0] is not ndarray:
-            for seen in _cupy_seen:
-                seen(ndarray)
-            _cupy_class[0] = ndarray
+    return TORCH.seen(tensor)
 
 
 def _torch_array(value: Any, what: str, written: bool) -> _Array | None:
@@ -141,6 +154,31 @@ def _torch_array(value: Any, what: str, written: bool) -> _Array | None:
             value.get_device(), None, None, strides, order, what,
         )  # fmt: skip
     except Exception:  # a meta, fake or sparse tensor: the general path names the problem
+        return None
+
+
+def known_facts(value: Any, written: bool) -> tuple[tuple[Any, ...], int, int, Device | None] | None:
+    """What a call of a known kind needs of one array, as plain values: ``(fact, ptr,
+    ordinal, device)``, ``fact`` being exactly what :func:`runtime.op_routes.route_key`
+    keys it by. Only a row-major torch tensor of a dtype we have and an open, non-empty
+    DeviceArray are read here, as the C lane reads them; anything else is None, and the
+    call goes the whole way (:func:`_recognise`), which accepts it or says why not."""
+    cls = value.__class__
+    if cls is DeviceArray:
+        key = value.launch_key  # (device, dtype) while open and not empty
+        if key is None:
+            return None
+        device, dtype = key
+        return (cls, value.shape, None, dtype, False), value.address, device.ordinal, device
+    if cls is not TORCH.array_class:
+        return None
+    try:
+        dtype = _torch_dtypes.get(value.dtype)
+        if dtype is None or not value.is_cuda or not value.is_contiguous():
+            return None
+        fact = (cls, value.shape, None, dtype, written and value.requires_grad)
+        return fact, value.data_ptr(), value.get_device(), None
+    except Exception:  # a meta or fake tensor: the whole way says what it is
         return None
 
 
@@ -195,7 +233,7 @@ def _recognise(op: str, what: str, value: Any, stream: int, written: bool = True
             value, value.shape, DTYPES[value.dtype], 0, False, value.device, value.device.ordinal, 0,
             what=what,
         )  # fmt: skip
-    tensor = _tensor_class[0] or torch_tensor_class()
+    tensor = TORCH.array_class or torch_tensor_class()
     if tensor is not None and (cls is tensor or isinstance(value, tensor)):  # nn.Parameter too
         found = _torch_array(value, what, written)
         if found is not None:
@@ -204,8 +242,8 @@ def _recognise(op: str, what: str, value: Any, stream: int, written: bool = True
     if cupy is not None and isinstance(value, cupy.ndarray):
         found = _cupy_array(value, what)
         if found is not None:
-            if _cupy_class[0] is not cupy.ndarray:
-                _seen_cupy(cupy.ndarray)
+            if CUPY.array_class is not cupy.ndarray:
+                CUPY.seen(cupy.ndarray)
             return found
     if value is None or isinstance(value, (int, float, str, bytes, list, tuple)):
         raise TypeError(

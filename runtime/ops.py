@@ -19,7 +19,12 @@ alignment) launched. Where the extension is built, a call of a kind this path ha
 goes through C instead (``runtime._fastlaunch.OpLane``): after each call it ran, this
 path hands the lane the call and what it decided (the route, the device, the launch
 function), and the lane runs the next call of that kind with the same per-call checks,
-or leaves it here.
+or leaves it here. Where it is not built (``_lane`` None) or switched off
+(``use_compiled_launch(False)``), this path keeps a step of its own for that
+(``_known``): a call of a kind it has run, of row-major torch tensors and DeviceArrays,
+is read as plain values, found under the same key, its addresses checked in one pass
+and launched; anything that pass does not plainly accept (other arrays, inputs sharing
+memory beside an ``out``, a new alignment's first call) goes the whole way.
 """
 
 from __future__ import annotations
@@ -29,10 +34,29 @@ from typing import Any
 
 from . import launch as _launch
 from .arrays import cupy_current_stream, cupy_dtype_table, torch_dtype_table
-from .op_arrays import _Array, _check_aligned, _cupy_seen, _device_for, _is_sequence, _recognise, _torch_seen
-from .op_plans import _compiled, _compiled_strided, _join_shapes, _plans, _plans_lock, _split_shapes, plan_for
+from .device import device_of
+from .op_arrays import (
+    CUPY,
+    TORCH,
+    _Array,
+    _check_aligned,
+    _device_for,
+    _is_sequence,
+    _recognise,
+    known_facts,
+)
+from .op_plans import (
+    _compiled,
+    _compiled_strided,
+    _exact_ints,
+    _join_shapes,
+    _plans,
+    _plans_lock,
+    _split_shapes,
+    plan_for,
+)
 from .op_routes import Route, clear_routes, join_route, remembered, route_key, split_route
-from .outputs import cupy_results, outputs_of, torch_stream_reader
+from .outputs import outputs_of, torch_stream_reader
 from .stream import order_after, stream_handle
 from .strided_ops import check_disjoint
 
@@ -51,17 +75,17 @@ def _bind_torch(tensor: type) -> None:
         _lane.bind_torch(tensor, torch_dtype_table(), torch_stream_reader())
 
 
-_torch_seen.append(_bind_torch)
+TORCH.when_seen(_bind_torch)
 
 
 def _bind_cupy(ndarray: type) -> None:
-    """Lets the C lane read contiguous CuPy arrays, once the array reader has read one, and
-    make their results (as :func:`runtime.outputs.outputs_of` does)."""
+    """Lets the C lane read contiguous CuPy arrays, once the array reader has read one (it
+    makes their results with :func:`runtime.outputs.outputs_of`)."""
     if _lane is not None:
-        _lane.bind_cupy(ndarray, cupy_dtype_table(), cupy_current_stream, cupy_results)
+        _lane.bind_cupy(ndarray, cupy_dtype_table(), cupy_current_stream)
 
 
-_cupy_seen.append(_bind_cupy)
+CUPY.when_seen(_bind_cupy)
 
 
 def clear_plans() -> None:
@@ -87,7 +111,8 @@ def _launch_route(op: str, route: Route, arrays: list[_Array], given: bool, like
     given, and the launches. Returns the results made (None where given), the outputs'
     addresses, the device and the launch function (for the C lane)."""
     # One pass: each address's alignment, and, with out given, each array's bytes that no
-    # output may share; and whether an array names a producer's stream.
+    # output may share; and whether an array names a producer's stream. (_known makes the
+    # same pass on plain values for a call of a known kind: a check added here goes there.)
     mask, bounds, producers = route.dtype.itemsize - 1, [], False
     for a, (lo, hi) in zip(arrays, route.spans):
         ptr = a.ptr
@@ -126,6 +151,69 @@ def _launch_route(op: str, route: Route, arrays: list[_Array], given: bool, like
     launch = _launcher(route, device, handle, wide, pieces)
     launch(wide, *pieces)
     return made, outputs, device, launch
+
+
+def _known(op: str, ints: tuple[Any, ...], arrays: Sequence[Any], first_output: int, given: bool, like: Any,
+           handle: int) -> tuple[list[Any] | None, list[int]] | None:  # fmt: skip
+    """A call of a kind this path has run, on plain values: its arrays read as the C lane
+    reads them (:func:`known_facts`), its route found by the key :func:`route_key` makes,
+    then, in one pass, what depends on the addresses (each on its element boundary, one
+    device, no output sharing a byte), the results made where not ``given``, and the
+    launch. None, having done nothing, for a call that is not plainly good: a new kind, an
+    array read only the whole way, or an address any check would look at twice. That
+    call then goes the whole way, which accepts it or raises what is wrong: this decides
+    nothing the whole way does not. Returns the results made (None where given) and the
+    outputs' addresses."""
+    if not _exact_ints(ints):
+        return None
+    facts, ptrs = [], []
+    ordinal = device = None
+    for i, value in enumerate(arrays):
+        read = known_facts(value, i >= first_output)
+        if read is None:
+            return None
+        fact, ptr, own, own_device = read
+        if i == 0:
+            ordinal = own
+        elif own != ordinal:
+            return None
+        if own_device is not None:  # a DeviceArray's: every one must name the same (_device_for)
+            if device is not None and own_device is not device:
+                return None
+            device = own_device
+        facts.append(fact)
+        ptrs.append(ptr)
+    route = remembered((op, ints, (not given,), *facts))
+    if route is None:
+        return None
+    # _launch_route's pass on plain values: a call it would look at twice (an address off
+    # its element boundary, any two arrays sharing a byte, even inputs, which may) goes there
+    mask, bounds = route.dtype.itemsize - 1, []
+    for ptr, (lo, hi) in zip(ptrs, route.spans):
+        if ptr & mask:
+            return None
+        if lo < hi:
+            bounds.append((ptr + lo, ptr + hi))
+    if given:
+        bounds.sort()
+        end = 0
+        for start, stop in bounds:
+            if start < end:
+                return None
+            end = stop
+    if device is None:
+        device = device_of(ordinal)
+    made = None
+    if given:
+        outputs = ptrs[first_output:]
+    else:
+        made, outputs = outputs_of(like, device, handle, route.results, route.dtype, route.order)
+    if op == "backward":
+        wide, pieces = ptrs[0], outputs
+    else:
+        wide, pieces = outputs[0], ptrs[:first_output]
+    _launcher(route, device, handle, wide, pieces)(wide, *pieces)
+    return made, outputs
 
 
 def _launcher(route: Route, device: Any, handle: int, wide: int, pieces: list[int]) -> Any:
@@ -190,6 +278,15 @@ def channel_cat_backward(
         if done is not False:
             return list(out) if out is not None else done
     handle = stream_handle(stream)
+    if (_lane is None or not _lane.enabled) and (sizes.__class__ is list or sizes.__class__ is tuple):
+        if out is None:
+            done = _known("backward", (dim, *sizes), (dy,), 1, False, dy, handle)
+            if done is not None:
+                return done[0]
+        elif (out.__class__ is list or out.__class__ is tuple) and _known(
+            "backward", (dim, *sizes), (dy, *out), 1, True, dy, handle
+        ) is not None:
+            return list(out)
     src = _recognise(op, "dy", dy, handle, written=False)
     names = _names(_OUT_NAMES, "out", len(out)) if _is_sequence(out) else ()
     outs = _read_each(op, out, names, handle) if names else None
@@ -224,6 +321,11 @@ def channel_cat_forward(xs: Sequence[Any], dim: int = 1, *, out: Any = None, str
         if done is not False:
             return out if out is not None else done
     handle = stream_handle(stream)
+    if (_lane is None or not _lane.enabled) and (xs.__class__ is list or xs.__class__ is tuple) and xs:
+        done = _known("forward", (dim,), (*xs, out) if out is not None else xs, len(xs), out is not None,
+                      xs[0], handle)  # fmt: skip
+        if done is not None:
+            return out if out is not None else done[0][0]
     if (xs.__class__ is not list and xs.__class__ is not tuple) and (
         isinstance(xs, (str, bytes)) or not isinstance(xs, Sequence)
     ):

@@ -3,7 +3,8 @@
 A torch tensor in gives torch tensors out, from torch's caching allocator; a CuPy array
 gives CuPy arrays, from CuPy's pool; anything else (a :class:`runtime.DeviceArray`, a
 Numba array, any ``__cuda_array_interface__`` or DLPack object) gives DeviceArrays from
-the device's stream-ordered pool (:mod:`runtime.pool`). Each is allocated on the stream
+the device's stream-ordered pool (:mod:`runtime.pool`), all of a call's in one allocation
+(:meth:`runtime.Device.empty_group`). Each is allocated on the stream
 the op runs on, so its memory is ordered as the allocator that made it orders memory:
 the op's writes come after the allocation, and a later free of the result waits for
 them. Nothing here is launched or written; an allocation that fails raises before the
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
     from .device import Device
 
-__all__ = ["array_kind", "cupy_results", "new_outputs", "outputs_of", "torch_stream_reader"]
+__all__ = ["array_kind", "new_outputs", "outputs_of", "torch_stream_reader"]
 
 
 def array_kind(like: Any) -> str:
@@ -64,7 +65,8 @@ def outputs_of(
     order: tuple[int, ...] | None,
 ) -> tuple[list[Any], list[int]]:
     """:func:`new_outputs` given each result's ``(shape, strides)``, dense in ``order``:
-    a route's ``results``, worked out once for every call of its kind."""
+    a route's ``results``, worked out once for every call of its kind. The C lane makes
+    the results of calls on CuPy arrays and DeviceArrays with it too."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(like, torch.Tensor):
         arrays = _torch_outputs(torch, like, stream, results)
@@ -81,7 +83,7 @@ def outputs_of(
             f"{describe_order(order, len(order))}: pass out= arrays in the input's memory order, "
             "or a row-major input"
         )
-    arrays = [device.empty(s, dtype, stream=stream) for s in shapes]
+    arrays = device.empty_group(shapes, dtype, stream=stream)
     return arrays, [a.ptr for a in arrays]
 
 
@@ -127,15 +129,6 @@ def _torch_outputs(
     )
     with torch.cuda.stream(named):
         return make()
-
-
-def cupy_results(
-    like: Any, stream: int, results: Sequence[tuple[tuple[int, ...], tuple[int, ...]]]
-) -> list[Any]:
-    """The row-major CuPy results of a call without ``out`` the C lane runs, as
-    :func:`outputs_of` makes them: of ``like``'s dtype, on its device, from CuPy's pool
-    on the op's ``stream``."""
-    return _cupy_outputs(sys.modules["cupy"], like, stream, [shape for shape, _ in results])
 
 
 def _cupy_outputs(cupy: Any, like: Any, stream: int, shapes: Sequence[tuple[int, ...]]) -> list[Any]:

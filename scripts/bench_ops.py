@@ -25,7 +25,10 @@ Cases: small shapes (at most 1 MB a side) and the client's (YOLO C2f at 640 px: 
 batch·H·W at strides 8, 16 and 32, batch 1 and 16, 3–4 pieces of 16–256 channels), in
 bf16 and f32. Methods: ``ours`` (runtime.channel_cat_backward / _forward), ``torch``
 (``[p.contiguous() for p in dy.split(...)]`` or ``split_with_sizes_copy(out=)``;
-``torch.cat``), ``flat_copy`` (``dst.copy_(src)`` of the same bytes). Layouts:
+``torch.cat``; a channels_last split into ``out=`` copies each piece with ``copy_``, since
+torch 2.11's ``split_with_sizes_copy`` leaves channels_last outputs wrong: the record of
+tree 2d2d72e9 found all 16 such rows wrong, each done in 6-7 µs whatever its size),
+``flat_copy`` (``dst.copy_(src)`` of the same bytes). Layouts:
 contiguous for every kind of array, channels_last (N, C, H, W) torch tensors on the
 client shapes, and pitched torch tensors (the wide array a view of the first columns of
 one half as wide again: a split reads one, a concat with ``out=`` writes one), and
@@ -216,7 +219,10 @@ def run_case(bench: Bench, dev: Any, torch: Any, cupy: Any, name: str, batch: in
         ours_alloc = lambda: runtime.channel_cat_backward(inputs[0], sizes, 1)  # noqa: E731
         ours_out = lambda: runtime.channel_cat_backward(inputs[0], sizes, 1, out=outs)  # noqa: E731
         torch_alloc = lambda: [p.contiguous(memory_format=fmt) for p in wide.split(list(sizes), 1)]  # noqa: E731
-        torch_out = lambda: torch.split_with_sizes_copy(wide, list(sizes), dim=1, out=outs_torch)  # noqa: E731
+        if layout == "channels_last":  # split_with_sizes_copy writes these wrong: each piece's copy_
+            torch_out = lambda: [o.copy_(p) for o, p in zip(outs_torch, wide.split(list(sizes), 1))]  # noqa: E731
+        else:
+            torch_out = lambda: torch.split_with_sizes_copy(wide, list(sizes), dim=1, out=outs_torch)  # noqa: E731
     else:
         ours_alloc = lambda: [runtime.channel_cat_forward(inputs, 1)]  # noqa: E731
         ours_out = lambda: runtime.channel_cat_forward(inputs, 1, out=outs[0])  # noqa: E731

@@ -49,7 +49,7 @@ def array(fn, index: int, nbytes: int, address: int) -> DeviceArray:
     param = fn.launcher.params[index]
     a = DeviceArray.__new__(DeviceArray)
     a.device, a.shape, a.nbytes, a.address = fn.device, (nbytes // param.itemsize,), nbytes, address
-    a._ptr, a._dtype, a._finalizer = address, param.dtype, SimpleNamespace(alive=True)
+    a._ptr, a._dtype, a._open, a._memory = address, param.dtype, True, None
     a.launch_key = param.key if nbytes else None
     return a
 

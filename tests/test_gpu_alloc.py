@@ -58,6 +58,54 @@ def test_device_arrays_come_from_the_pool_and_its_memory_stays(dev):
     b.close()
 
 
+def test_a_group_is_one_allocation_held_until_its_last_array_goes(dev, rng):
+    """Device.empty_group: the arrays lie in one allocation, 256-byte aligned and apart
+    (each keeps its own bytes); the memory stays theirs while any of them is open, and
+    the pool hands it out again once the last is closed."""
+    shapes = [(1 << 20,), (3,), (0,), (1 << 18,), (17, 5)]
+    arrays = dev.empty_group(shapes, "u8")
+    held = [a for a in arrays if a.nbytes]
+    base = held[0].address
+    assert [a.shape for a in arrays] == shapes and arrays[2].address == 0
+    starts = [base, base + (1 << 20), base + (1 << 20) + 256, base + (1 << 20) + 256 + (1 << 18)]
+    assert [a.address for a in held] == starts
+    data = [random_bits(rng, a.shape, "u8") for a in held]
+    for a, bits in zip(held, data):
+        a.copy_from_host(bits)
+    for a, bits in zip(held, data):
+        assert np.array_equal(a.to_numpy(), bits)
+    for a in held[:-1]:
+        a.close()
+    other = dev.empty((1 << 20,), "u8")  # the group's memory is still held: not this one's
+    end = starts[-1] + 256
+    assert other.address + (1 << 20) <= base or other.address >= end
+    assert np.array_equal(held[-1].to_numpy(), data[-1])
+    other.close()
+    held[-1].close()
+    again = dev.empty((1 << 20,), "u8")
+    assert again.address == base  # the same stream takes it back first
+    again.close()
+
+
+def test_allocating_ops_on_device_arrays_make_their_results_in_one_allocation(dev, rng):
+    """A split of DeviceArrays into four results makes them in one allocation (one pool
+    call, one free), each correct, through the Python path and the C lane alike."""
+    bits = random_bits(rng, (333, 4 + 1 + 80 + 3), "bf16")
+    dy = dev.to_device(bits, dtype="bf16")
+    for _ in range(3):  # the first call runs the Python path; the next ones the C lane where built
+        pieces = runtime.channel_cat_backward(dy, [4, 1, 80, 3], 1)
+        starts, at = [], pieces[0].address
+        for p in pieces:
+            starts.append(at)
+            at += -(-p.nbytes // 256) * 256
+        assert [p.address for p in pieces] == starts
+        column = 0
+        for p, width in zip(pieces, (4, 1, 80, 3)):
+            assert np.array_equal(p.to_numpy(bits=True), bits[:, column : column + width])
+            column += width
+    dy.close()
+
+
 def test_dropping_an_array_does_not_wait_for_the_device(dev, torch):
     """A free is queued on the array's stream: with the device busy for about a second,
     dropping arrays returns at once (cuMemFree would wait for the whole device)."""

@@ -204,8 +204,11 @@ def test_a_remembered_kind_of_call_runs_from_c_without_python(dev, torch, monkey
     keep the input's memory order; every element is right."""
     from runtime import launch, ops
 
-    if launch.compiled_launch_available() or ops._lane is None:
-        pytest.skip(launch.compiled_launch_available() or "runtime._fastlaunch is not built")
+    if launch.compiled_launch_available() or ops._lane is None or not ops._lane.enabled:
+        pytest.skip(
+            launch.compiled_launch_available()
+            or "no C lane: the extension is not built, or the compiled launch is switched off (PTXGEN_COMPILED_LAUNCH=0)"
+        )
     cl = random_tensor(torch, (2, 24, 5, 7), itemsize).contiguous(memory_format=torch.channels_last)
     dy = random_tensor(torch, (333, 2 * 19), itemsize)[:, ::2]
     wide = torch.empty((333, 30), dtype=dy.dtype, device="cuda")

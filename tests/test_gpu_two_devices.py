@@ -9,6 +9,7 @@ tests that came before these are in tests/test_gpu_reliability.py.
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 import numpy as np
@@ -42,6 +43,8 @@ def test_the_pool_and_the_allocating_ops_make_results_on_the_inputs_device(two, 
     pieces = runtime.channel_cat_backward(dy, [3, 61, 32], 1)
     assert all(p.device is d1 for p in pieces)
     assert d1.memory_pool.used_bytes >= sum(p.nbytes for p in pieces)
+    for p, after in itertools.pairwise(pieces):  # in one allocation of device 1's pool
+        assert after.address == p.address + -(-p.nbytes // 256) * 256
     y = runtime.channel_cat_forward(pieces, 1)
     assert y.device is d1
     for p, want in zip(pieces, np.split(bits, [3, 64], axis=1)):

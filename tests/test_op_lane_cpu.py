@@ -65,9 +65,19 @@ class _Stream:
     pass
 
 
-def _lane():
+def _device_outputs(like, device, stream, results, dtype, order):
+    """runtime.outputs.outputs_of as the lane calls it for DeviceArrays: the device's."""
+    arrays = [device.empty(shape, dtype, stream=stream) for shape, _ in results]
+    return arrays, [a.address for a in arrays]
+
+
+def _lane(outputs=_device_outputs):
     return _fastlaunch.OpLane(
-        device_array=_Array, stream_class=_Stream, stream_handle=lambda s: s, known_streams={7}
+        device_array=_Array,
+        stream_class=_Stream,
+        stream_handle=lambda s: s,
+        known_streams={7},
+        outputs=outputs,
     )
 
 
@@ -191,6 +201,37 @@ def test_results_are_made_only_where_a_launch_of_that_device_and_stream_waits():
     assert called == [(0x10000, *[r.address for r in results])]
 
 
+def test_what_the_results_maker_answers_reaches_the_caller_or_leaves_the_call():
+    """The lane's results maker (runtime.outputs.outputs_of) raising, an allocator's out
+    of memory say, is the caller's error with nothing launched; an answer the lane cannot
+    read (too few arrays, a negative address, a list for the pair) leaves the call to
+    Python, nothing launched, the arrays made let go. A maker that is not callable is
+    refused when the lane is made."""
+    called = []
+
+    def raising(like, device, stream, results, dtype, order):
+        raise MemoryError("out of device memory: cannot allocate 112 bytes")
+
+    answers = (
+        lambda *a: ([_Array(a[1], (4, 3), 0x90000)], [0x90000]),
+        lambda *a: ([_Array(a[1], (4, 3), 0x90000), _Array(a[1], (4, 7), 0xA0000)], [0x90000, -16]),
+        lambda *a: [[], []],
+    )
+    for maker in (raising, *answers):
+        lane, device = _lane(maker), _Device()
+        dy = _Array(device, (4, 10), 0x10000)
+        assert lane.remember_split(dy, [3, 7], 1, None, None, _Route, device, _seen(dy, []), [0x90000, 0xA0000],
+                                   lambda *a: called.append(a)) is True  # fmt: skip
+        if maker is raising:
+            with pytest.raises(MemoryError, match="112 bytes"):
+                lane.split(dy, [3, 7], 1, None, None)
+        else:
+            assert lane.split(dy, [3, 7], 1, None, None) is False
+    assert called == []
+    with pytest.raises(TypeError, match="outputs must be callable"):
+        _lane(42)
+
+
 def test_results_in_another_memory_order_are_not_made_as_device_arrays():
     """A DeviceArray is row-major only: a route whose results have strides (a channels_last
     input's, say) is remembered, but the lane makes no DeviceArray for it and leaves the
@@ -266,14 +307,18 @@ class _Cupy:
     def current_stream(self):
         return self.stream
 
-    def results(self, like, stream, results):
+    def outputs(self, like, device, stream, results, dtype, order):
+        """runtime.outputs.outputs_of as the lane calls it for CuPy arrays."""
+        assert dtype is F32 and order is None
         self.made.append((stream, [shape for shape, _ in results]))
-        return [_Ndarray(shape, 0xB0000 + 0x1000 * i) for i, (shape, _) in enumerate(results)]
+        arrays = [_Ndarray(shape, 0xB0000 + 0x1000 * i) for i, (shape, _) in enumerate(results)]
+        return arrays, [a.data.ptr for a in arrays]
 
 
 def _cupy_lane():
-    lane, cupy = _lane(), _Cupy()
-    lane.bind_cupy(_Ndarray, {CUPY_F4: F32, CUPY_VOID: None}, cupy.current_stream, cupy.results)
+    cupy = _Cupy()
+    lane = _lane(cupy.outputs)
+    lane.bind_cupy(_Ndarray, {CUPY_F4: F32, CUPY_VOID: None}, cupy.current_stream)
     return lane, cupy
 
 
@@ -309,7 +354,7 @@ def test_contiguous_cupy_arrays_run_in_the_lane_while_cupys_stream_is_the_ops():
 
 
 def test_cupy_results_are_made_by_cupys_allocator_on_the_ops_stream():
-    """Without ``out``, the lane has CuPy make the results (runtime.outputs.cupy_results) on
+    """Without ``out``, the lane has CuPy make the results (runtime.outputs.outputs_of) on
     the op's stream, row-major, and launches into them."""
     lane, cupy = _cupy_lane()
     called = []

@@ -373,6 +373,9 @@ class EmulatedDevice:
         self.empty_streams.append(stream)
         return self.array(shape, ptxgen.resolve_dtype(dtype).name)
 
+    def empty_group(self, shapes, dtype, *, stream=None):
+        return [self.empty(shape, dtype, stream=stream) for shape in shapes]  # 256-byte aligned too
+
     def load(self, kernel):
         self.loads.append(kernel.id)
         device = self
@@ -415,6 +418,7 @@ def emulated(monkeypatch, fresh_plans):
     monkeypatch.setattr(plan, "VARIANTS", [plan.SEED])
     device = EmulatedDevice()
     monkeypatch.setattr(ops, "_device_for", lambda op, arrays: device)
+    monkeypatch.setattr(ops, "device_of", lambda ordinal: device)  # a known call's, without the lane
     return device
 
 
@@ -619,7 +623,7 @@ def _device_array(device, shape, dtype, data=None):
     fake = device.array(shape, dtype, data)
     a = DeviceArray.__new__(DeviceArray)
     a.device, a.shape, a.nbytes, a.address = device, tuple(shape), fake.nbytes, fake.ptr
-    a._ptr, a._dtype, a._finalizer = fake.ptr, ptxgen.resolve_dtype(dtype), SimpleNamespace(alive=True)
+    a._ptr, a._dtype, a._open, a._memory = fake.ptr, ptxgen.resolve_dtype(dtype), True, None
     a.launch_key = launch_key(device, a._dtype) if fake.nbytes else None
     return a
 
@@ -773,7 +777,7 @@ def test_the_c_lane_leaves_what_it_refuses_to_the_python_path(emulated, monkeypa
 
 class _FakeTensor:
     """What the C lane and the Python reader read of a CUDA ``torch.Tensor``, over
-    the emulated device's memory (put in as the tensor class, ``op_arrays._tensor_class``)."""
+    the emulated device's memory (put in as the tensor class, ``op_arrays.TORCH.array_class``)."""
 
     def __init__(self, device, shape, dtype, data=None, requires_grad=False):
         self._array = device.array(shape, dtype, data)
@@ -793,8 +797,7 @@ class _FakeTensor:
 @pytest.fixture
 def mixed(emulated, monkeypatch, launch_path):
     emulated.closed = False
-    tensor_class = [_FakeTensor]  # one list: the reader's
-    monkeypatch.setattr(op_arrays, "_tensor_class", tensor_class)
+    monkeypatch.setattr(op_arrays.TORCH, "array_class", _FakeTensor)
     if launch_path == "compiled":  # a C lane of the test's own, taking the fake tensors
         lane = launch.compiled_ops()
         lane.bind_torch(_FakeTensor, torch_dtype_table())
@@ -803,7 +806,7 @@ def mixed(emulated, monkeypatch, launch_path):
 
 
 def _closed(a):
-    a.launch_key, a.address, a._finalizer = None, 0, SimpleNamespace(alive=False)
+    a.launch_key, a.address, a._open = None, 0, False
     return a
 
 
@@ -826,8 +829,7 @@ def test_a_first_torch_call_is_handed_to_the_c_lane(emulated, monkeypatch, launc
     """torch is bound by the first call that sees a tensor: the Python path reads it,
     binds the C lane to torch, and hands the lane that call, so the next runs in C."""
     emulated.closed = False
-    tensor_class = [None]  # torch not seen yet
-    monkeypatch.setattr(op_arrays, "_tensor_class", tensor_class)
+    monkeypatch.setattr(op_arrays.TORCH, "array_class", None)  # torch not seen yet
     monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(Tensor=_FakeTensor))
     if launch_path == "compiled":  # unbound: the first call binds it, as ops' own
         monkeypatch.setattr(ops, "_lane", launch.compiled_ops())
@@ -835,7 +837,7 @@ def test_a_first_torch_call_is_handed_to_the_c_lane(emulated, monkeypatch, launc
     dy = _FakeTensor(emulated, (4, 10), "f32", data)
     out = [_FakeTensor(emulated, (4, 3), "f32"), _FakeTensor(emulated, (4, 7), "f32")]
     runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
-    assert tensor_class == [_FakeTensor]
+    assert op_arrays.TORCH.array_class is _FakeTensor
     if launch_path == "compiled":
         assert ops._lane.remembered == 1
         monkeypatch.setattr(ops, "_recognise", lambda *a, **k: pytest.fail("the Python path was taken"))
@@ -848,16 +850,16 @@ def test_torch_half_imported_by_another_thread_is_not_torch_yet(monkeypatch):
     """``import torch`` puts the module in sys.modules before it has ``Tensor``: a call
     on another thread then meanwhile must not fail on the missing attribute, nor
     remember "no torch"; once torch has its Tensor, the first caller binds it, once."""
-    tensor_class, bound = [None], []
-    monkeypatch.setattr(op_arrays, "_tensor_class", tensor_class)
-    monkeypatch.setattr(op_arrays, "_torch_seen", [bound.append])
+    bound = []
+    monkeypatch.setattr(op_arrays, "TORCH", op_arrays.FirstSeen())
+    op_arrays.TORCH.when_seen(bound.append)
     half = SimpleNamespace()
     monkeypatch.setitem(sys.modules, "torch", half)
-    assert op_arrays.torch_tensor_class() is None and tensor_class == [None] and not bound
+    assert op_arrays.torch_tensor_class() is None and op_arrays.TORCH.array_class is None and not bound
     half.Tensor = _FakeTensor
     assert op_arrays.torch_tensor_class() is _FakeTensor
     assert op_arrays.torch_tensor_class() is _FakeTensor
-    assert tensor_class == [_FakeTensor] and bound == [_FakeTensor]
+    assert op_arrays.TORCH.array_class is _FakeTensor and bound == [_FakeTensor]
 
 
 def test_closed_empty_and_overlapping_arrays_beside_tensors_are_refused(mixed):
@@ -999,8 +1001,9 @@ def test_the_c_lane_runs_the_ops_steps_in_c(emulated, monkeypatch, launch_path):
 
 def test_the_c_lane_follows_use_compiled_launch(mixed, monkeypatch, launch_path):
     """``use_compiled_launch(False)`` switches the ops' C lane off: a remembered call it
-    took answers False, and the Python path launches it; on again, C takes it. A lane
-    made while the path is off starts off."""
+    took answers False, and the Python path launches it (its known step, as where the
+    extension is not built); on again, C takes it. A lane made while the path is off
+    starts off."""
     if launch_path != "compiled":
         pytest.skip("the C lane's own test")
     dy = _device_array(mixed, (4, 10), "f32")
@@ -1008,19 +1011,20 @@ def test_the_c_lane_follows_use_compiled_launch(mixed, monkeypatch, launch_path)
     runtime.channel_cat_backward(dy, [3, 7], 1, out=out)  # remembered
     assert ops._lane.split(dy, [3, 7], 1, out, None) is True
     taken = []
-    real = ops._recognise
-    monkeypatch.setattr(ops, "_recognise", lambda *a, **k: taken.append(a[1]) or real(*a, **k))
+    real = ops._known
+    monkeypatch.setattr(ops, "_known", lambda *a, **k: taken.append(a[0]) or real(*a, **k))
+    launches = len(mixed.launches)
     launch.use_compiled_launch(False)
     try:
         assert ops._lane.enabled is False and launch.compiled_ops().enabled is False
         assert ops._lane.split(dy, [3, 7], 1, out, None) is False
         runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
-        assert taken == ["dy", "out[0]", "out[1]"]
+        assert taken == ["backward"] and len(mixed.launches) > launches
     finally:
         launch.use_compiled_launch(True)
     assert ops._lane.enabled is True
     runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
-    assert taken == ["dy", "out[0]", "out[1]"]
+    assert taken == ["backward"]
     with pytest.raises(TypeError):
         ops._lane.enabled = 1
 
@@ -1144,8 +1148,7 @@ def test_an_extent_of_1_does_not_decide_the_memory_order(emulated):
 def stand_in_cupy(monkeypatch):
     """Puts a stand-in CuPy where the readers look, and keeps it from the C lane (which a
     CuPy array read binds to its class): the real CuPy is bound again when next read."""
-    monkeypatch.setattr(op_arrays, "_cupy_seen", [])
-    monkeypatch.setattr(op_arrays, "_cupy_class", [None])
+    monkeypatch.setattr(op_arrays, "CUPY", op_arrays.FirstSeen())
 
     def put(cupy):
         monkeypatch.setitem(sys.modules, "cupy", cupy)
@@ -1211,7 +1214,7 @@ def test_the_first_cupy_array_read_binds_what_waits_for_cupy(stand_in_cupy):
     """The C lane learns CuPy's class when the reader first reads one of its arrays, once;
     another CuPy (a test's stand-in) is bound in its turn."""
     seen = []
-    op_arrays._cupy_seen.append(seen.append)  # the fixture's own list
+    op_arrays.CUPY.when_seen(seen.append)  # the fixture's own, which the C lane does not wait on
     cupy = stand_in_cupy(_StandInCupy())
     for _ in range(2):
         op_arrays._recognise("op", "dy", cupy.ndarray((2, 2), "<f4", 1 << 40), 0)
@@ -1323,7 +1326,7 @@ def test_a_torch_tensor_of_any_strides_is_read_through_its_attributes(monkeypatc
         def __cuda_array_interface__(self):
             raise AssertionError("read through its attributes, not the interface")
 
-    monkeypatch.setattr(op_arrays, "_tensor_class", [Strided])
+    monkeypatch.setattr(op_arrays.TORCH, "array_class", Strided)
     view = Strided((4, 10), (16, 1))  # x[:, :10] of a (4, 16) tensor
     a = op_arrays._recognise("op", "dy", view, 0)
     assert a.strides == (16, 1) and a.order is None and a.ordinal == 0

@@ -64,8 +64,7 @@ def emulated_c_path(monkeypatch, device, tensor, current_stream):
     monkeypatch.setattr(plan, "VARIANTS", [plan.SEED])
     device.closed = False
     monkeypatch.setattr(ops, "_device_for", lambda op, arrays: device)
-    tensor_class = [tensor]
-    monkeypatch.setattr(op_arrays, "_tensor_class", tensor_class)
+    monkeypatch.setattr(op_arrays.TORCH, "array_class", tensor)
     old = launch.use_compiled_launch(True)
     lane = launch.compiled_ops()
     lane.bind_torch(tensor, torch_dtype_table(), current_stream)

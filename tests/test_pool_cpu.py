@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import enum
 import sys
+import threading
+import time
 import types
 
 import pytest
@@ -203,6 +205,149 @@ def test_an_empty_array_takes_nothing(drv):
     drv.calls.clear()
     memory.DeviceArray(dev, (0, 8), "f32").close()
     assert drv.calls == []
+
+
+def test_a_group_is_one_allocation_given_back_with_its_last_array(drv):
+    """Device.empty_group: one allocation on the stream, each array 256-byte aligned in
+    it, an empty one outside it; closing arrays (twice, or the empty one) frees nothing
+    until the last array holding the memory is closed, and then frees it once."""
+    dev = FakeDevice()
+    drv.calls.clear()
+    a, empty, b = memory.empty_group(dev, [(3, 5), (0, 4), (7,)], "f32", stream=7)
+    assert drv.calls == [("alloc", 256 + 256, 7, 0, "relaxed")]
+    assert b.address == a.address + 256 and a.address % 256 == 0
+    assert (a.shape, a.nbytes, b.shape, b.nbytes) == ((3, 5), 60, (7,), 28)
+    assert empty.address == 0 and empty.launch_key is None and a.launch_key is b.launch_key is not None
+    base = a.address
+    a.close()
+    a.close()
+    empty.close()
+    assert a.closed and not b.closed and drv.calls[-1][0] == "alloc"
+    with pytest.raises(ValueError, match="closed"):
+        _ = a.ptr
+    b.close()
+    assert [c for c in drv.calls if c[0] == "free"] == [("free", base, 7, "relaxed")]
+
+
+def test_a_group_is_freed_once_when_its_arrays_are_closed_or_collected(drv):
+    """Arrays of a group dropped without close, or some closed and the rest dropped, give
+    the memory back once, after the streams recorded on any of them."""
+    dev = FakeDevice()
+    arrays = memory.empty_group(dev, [(16,), (16,)], "u8")
+    base = arrays[0].address
+    arrays[1].record_stream(9)
+    drv.calls.clear()
+    del arrays
+    assert drv.calls == [("record", 9), ("wait", 0, "event"), ("free", base, 0, "relaxed")]
+    first, second = memory.empty_group(dev, [(16,), (16,)], "u8")
+    base = first.address
+    drv.calls.clear()
+    first.close()
+    del second
+    assert drv.calls == [("free", base, 0, "relaxed")]
+
+
+class _SlowToRead(memory.DeviceArray):
+    """A DeviceArray whose memory is slow to read: the reading thread yields there, so
+    another thread closing the same array runs in between (what a free-threaded
+    interpreter, or a longer close, would do)."""
+
+    @property
+    def _memory(self):
+        held = self.__dict__["_held"]
+        time.sleep(0)  # read, not yet let go of
+        return held
+
+    @_memory.setter
+    def _memory(self, value):
+        self.__dict__["_held"] = value
+
+
+def test_threads_closing_one_array_of_a_group_leave_the_others_memory(drv):
+    """Eight threads closing the same array of a group at once let go of its share once:
+    the other array's memory stays until it is closed, then goes back once."""
+    dev = FakeDevice()
+    for _ in range(20):
+        first, second = memory.empty_group(dev, [(64,), (64,)], "u8")
+        first.__dict__["_held"] = first.__dict__.pop("_memory")
+        first.__class__ = _SlowToRead
+        base = first.address
+        drv.calls.clear()
+        start = threading.Barrier(8)
+
+        def close_first(first=first, start=start):
+            start.wait()
+            first.close()
+
+        threads = [threading.Thread(target=close_first) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not [c for c in drv.calls if c[0] == "free"], "freed while an array still held it"
+        assert second.ptr == base + 256
+        second.close()
+        assert [c for c in drv.calls if c[0] == "free"] == [("free", base, 0, "relaxed")]
+
+
+class _ClosesOnRead(memory.DeviceArray):
+    """A DeviceArray whose memory, when first read by close(), closes ``then`` (itself or
+    another array) before answering: what a finalizer or a signal handler that closes an
+    array may do while its thread is inside a close."""
+
+    @property
+    def _memory(self):
+        held = self.__dict__["_held"]
+        then, self.__dict__["then"] = self.__dict__.get("then"), None
+        if then is not None:
+            then.close()
+        return held
+
+    @_memory.setter
+    def _memory(self, value):
+        self.__dict__["_held"] = value
+
+
+@pytest.mark.parametrize("inner", ["itself", "the other"])
+def test_a_close_inside_a_close_goes_through_and_frees_once(drv, inner):
+    """A close that runs inside another close on the same thread, of the same array or
+    of the group's other one, neither waits on itself nor frees early: the memory goes
+    back once, when both arrays are closed."""
+    dev = FakeDevice()
+    first, second = memory.empty_group(dev, [(16,), (16,)], "u8")
+    base = first.address
+    first.__dict__["_held"] = first.__dict__.pop("_memory")
+    first.__class__ = _ClosesOnRead
+    first.__dict__["then"] = first if inner == "itself" else second
+    drv.calls.clear()
+    first.close()
+    frees = [c for c in drv.calls if c[0] == "free"]
+    if inner == "itself":
+        assert frees == [] and second.ptr == base + 256
+        second.close()
+        frees = [c for c in drv.calls if c[0] == "free"]
+    assert frees == [("free", base, 0, "relaxed")] and first.closed and second.closed
+
+
+def test_a_group_of_shapes_is_checked_before_anything_is_allocated(drv):
+    """empty_group takes a list of shapes: one shape on its own (a tuple of ints), a bare
+    int among them, a negative extent or an unknown dtype is refused, naming it, before
+    any allocation."""
+    dev = FakeDevice()
+    drv.calls.clear()
+    for shapes, error, match in (
+        ((3, 4), TypeError, r"shapes\[0\] is 3; each shape is a tuple of ints"),
+        ([(2, 2), 5], TypeError, r"shapes\[1\] is 5"),
+        (7, TypeError, "a list of shapes, one per array, not 7"),
+        ("ab", TypeError, "a list of shapes, one per array, not 'ab'"),
+        ([(2, 2), (3, -1)], ValueError, "every extent must be an int >= 0"),
+    ):
+        with pytest.raises(error, match=match):
+            memory.empty_group(dev, shapes, "f32")
+    with pytest.raises(ValueError, match="nope"):
+        memory.empty_group(dev, [(2, 2)], "nope")
+    assert drv.calls == []
+    assert memory.empty_group(dev, [], "f32") == [] and drv.calls == []
 
 
 def test_a_free_waits_for_the_streams_recorded_on_it(drv):
@@ -413,9 +558,9 @@ def test_anything_else_gets_the_devices_arrays():
         def __init__(self):
             self.made = []
 
-        def empty(self, shape, dtype, *, stream=None):
-            self.made.append((shape, dtype.name, stream))
-            return types.SimpleNamespace(ptr=0x2000 + len(self.made))
+        def empty_group(self, shapes, dtype, *, stream=None):
+            self.made.append((shapes, dtype.name, stream))
+            return [types.SimpleNamespace(ptr=0x2000 + i) for i, _ in enumerate(shapes)]
 
     dev = Device()
 
@@ -425,7 +570,7 @@ def test_anything_else_gets_the_devices_arrays():
 
     assert outputs.array_kind(Numba()) == "device_array"
     _made, addresses = outputs.new_outputs(Numba(), dev, 0x77, [(3,), (5,)], ptxgen.resolve_dtype("bf16"))
-    assert dev.made == [((3,), "bf16", 0x77), ((5,), "bf16", 0x77)] and addresses == [0x2001, 0x2002]
+    assert dev.made == [([(3,), (5,)], "bf16", 0x77)] and addresses == [0x2000, 0x2001]  # in one allocation
 
 
 def test_an_allocation_that_would_break_another_streams_capture_is_refused(drv):
@@ -537,23 +682,24 @@ def test_cupy_results_are_made_on_the_ops_stream_through_the_stream_protocol(mon
         assert devices[-1] == like.data.device_id  # on like's device
         return types.SimpleNamespace(data=types.SimpleNamespace(ptr=0x3000))
 
-    fake = types.SimpleNamespace(cuda=cuda, empty=empty)
+    fake = types.SimpleNamespace(cuda=cuda, empty=empty, ndarray=types.SimpleNamespace)
     monkeypatch.setitem(sys.modules, "cupy", fake)
+    f32 = ptxgen.resolve_dtype("f32")
     like = types.SimpleNamespace(data=types.SimpleNamespace(device_id=0), dtype="float32")
     results = (((4, 2), (2, 1)), ((4, 4), (4, 1)))
     # (CuPy's current stream, the op's, where the results are made)
     for cupys, handle, where in ((0, 0, 0), (0x55, 0, 0), (0x55, 1, 0), (0, 0x77, 0x77)):
         made.clear()
         current[:] = [cupys]
-        outputs.cupy_results(like, handle, results)
+        outputs.outputs_of(like, None, handle, results, f32, None)
         assert made == [((4, 2), "float32", where), ((4, 4), "float32", where)]
         assert current == [cupys]
     del Stream.from_external
     cuda.ExternalStream = lambda handle: Stream(handle)  # a CuPy before 14
     made.clear()
     current[:] = [0]
-    outputs.cupy_results(like, 0x88, results)
+    outputs.outputs_of(like, None, 0x88, results, f32, None)
     assert [m[2] for m in made] == [0x88, 0x88]
     like.data.device_id = 1  # another device than CuPy's current one: made current around them
-    outputs.cupy_results(like, 0x88, results)
+    outputs.outputs_of(like, None, 0x88, results, f32, None)
     assert devices == [0]

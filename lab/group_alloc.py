@@ -1,7 +1,7 @@
 """Host µs of a DeviceArray op's results made one allocation each against one allocation
 for all of them (``Device.empty_group``), and of the allocating op itself, in one run.
 
-    python lab/group_alloc.py [-o lab/data/group-alloc.json]   # with lab/patches/ops-next.patch applied
+    python lab/group_alloc.py [-o lab/data/group-alloc.json]
 
 Per case (the split of ``rows`` × sum(sizes) into ``sizes``): ``empty_each`` makes the
 results with ``Device.empty`` per result and drops them (what every allocating op on

@@ -6,7 +6,7 @@ DeviceArrays, and what ``Device.empty`` and its drop cost part by part.
 For each case: host µs per call (median of seven runs of N back-to-back calls, the stream
 synchronised around each run), then cProfile's top functions over 3,000 calls (both as
 ``profile_python_path.py`` times and profiles). Then one
-array's read by the ops (``op_arrays._recognise``) for each kind and dtype. A study: it
+array's read by the ops (``op_arrays.recognise``) for each kind and dtype. A study: it
 writes no record.
 """
 
@@ -23,7 +23,7 @@ import torch
 
 import runtime
 from runtime import ops
-from runtime.op_arrays import _recognise
+from runtime.op_arrays import recognise
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from profile_python_path import per_call, top  # the same timing and profile
@@ -58,7 +58,7 @@ def main() -> None:
                 if kind == "cupy" or ("out=" in label and kind == "torch" and dtype == torch.bfloat16):
                     print(top(call, 14), flush=True)
             for label, value in (("dy", d), ("out[0]", o[0])):
-                us = per_call(lambda value=value, what=label: _recognise("op", what, value, 0), 20000)
+                us = per_call(lambda value=value, what=label: recognise("op", what, value, 0), 20000)
                 print(f"read {kind} {dtype} {label}: {us:.3f} us", flush=True)
     # the Python path alone (no C lane) on DeviceArrays and torch
     lane = ops._lane

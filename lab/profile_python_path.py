@@ -31,7 +31,7 @@ import torch
 import runtime
 from runtime import op_arrays, op_routes, ops
 from runtime import stream as runtime_stream
-from runtime.op_arrays import _recognise
+from runtime.op_arrays import recognise
 
 
 def per_call(call: Callable[[], object], n: int = 2000, reps: int = 7) -> float:
@@ -88,8 +88,8 @@ def study(label: str, rows: int, sizes: list[int], dtype: torch.dtype, stream: t
     lanes(f"{label} concat out=", lambda: runtime.channel_cat_forward(xs, 1, out=y, stream=stream))
     lanes(f"{label} concat fresh", lambda: runtime.channel_cat_forward(xs, 1, stream=stream))
     handle = runtime_stream.stream_handle(stream)
-    src = _recognise("op", "dy", dy, handle)
-    read = [_recognise("op", f"out[{i}]", o, handle) for i, o in enumerate(outs)]
+    src = recognise("op", "dy", dy, handle)
+    read = [recognise("op", f"out[{i}]", o, handle) for i, o in enumerate(outs)]
     key = op_routes.route_key("backward", (1, *sizes), (False,), [src, *read])
     route = op_routes.remembered(key)
     arrays = [src, *read]
@@ -99,7 +99,7 @@ def study(label: str, rows: int, sizes: list[int], dtype: torch.dtype, stream: t
     lane = ops._lane
     parts = {
         "stream_handle": lambda: runtime_stream.stream_handle(stream),
-        "one tensor read": lambda: _recognise("op", "dy", dy, handle),
+        "one tensor read": lambda: recognise("op", "dy", dy, handle),
         "route_key": lambda: op_routes.route_key("backward", (1, *sizes), (False,), [src, *read]),
         "remembered": lambda: op_routes.remembered(key),
         "every out read": lambda: ops._read_each(
@@ -108,7 +108,7 @@ def study(label: str, rows: int, sizes: list[int], dtype: torch.dtype, stream: t
         "_launch_route (checks, launch)": lambda: ops._launch_route("op", route, arrays, True, dy, handle),
         "the launch alone": lambda: launch(*addresses),
         "_launcher": lambda: ops._launcher(route, device, handle, addresses[0], addresses[1:]),
-        "_device_for": lambda: op_arrays._device_for("op", arrays),
+        "device_for": lambda: op_arrays.device_for("op", arrays),
         "remember_split": lambda: lane.remember_split(
             dy, sizes, 1, outs, stream, route, device, seen, [], launch
         ),

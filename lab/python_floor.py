@@ -32,7 +32,7 @@ from op_lanes import CASES, measure, write
 
 import runtime
 from runtime import op_routes, ops
-from runtime.op_arrays import _recognise, torch_dtype_table
+from runtime.op_arrays import recognise, torch_dtype_table
 from runtime.stream import stream_handle
 
 DTYPES = torch_dtype_table()
@@ -40,10 +40,10 @@ DTYPES = torch_dtype_table()
 
 def route_launch(op: str, arrays: list[torch.Tensor], ints: tuple[int, ...], written: int, handle: int):
     """The route and launch function the op's Python path uses for this call (after one call of it)."""
-    read = [_recognise("op", f"a{i}", a, handle, i >= written) for i, a in enumerate(arrays)]
+    read = [recognise("op", f"a{i}", a, handle, i >= written) for i, a in enumerate(arrays)]
     route = op_routes.remembered(op_routes.route_key(op, ints, (False,), read))
     assert route is not None, "the op has not run this call"
-    device = ops._device_for("op", read)
+    device = ops.device_for("op", read)
     if op == "backward":
         wide, pieces = read[0].ptr, [a.ptr for a in read[1:]]
     else:

@@ -4,8 +4,8 @@
 
 On one bf16 CUDA tensor: each attribute or method the Python path reads (``dtype``,
 ``is_cuda``, ``is_contiguous()``, ``shape``, ``data_ptr()``, ``requires_grad``,
-``get_device()``, ``nbytes``, ``stride()``, ``device``), an ``_Array`` of 12 fields,
-``_torch_array`` and ``_recognise`` whole, and ``stream_handle`` of a torch stream and
+``get_device()``, ``nbytes``, ``stride()``, ``device``), an ``OpArray`` of 12 fields,
+``_torch_array`` and ``recognise`` whole, and ``stream_handle`` of a torch stream and
 of None. Each: ``profile_python_path.per_call`` (the median of 7 runs, here of 20,000
 calls, after 200 warm-up), through a lambda (the "empty lambda" row is that overhead).
 A study: it writes no record.
@@ -24,7 +24,7 @@ import torch
 from profile_python_path import per_call
 
 from runtime import op_arrays
-from runtime.op_arrays import _Array, _recognise, _torch_array
+from runtime.op_arrays import OpArray, _torch_array, recognise
 from runtime.stream import stream_handle
 
 
@@ -32,7 +32,7 @@ def main() -> int:
     t = torch.empty(6400, 256, device="cuda", dtype=torch.bfloat16)
     table = op_arrays._torch_dtypes
     stream = torch.cuda.current_stream()
-    _recognise("op", "dy", t, 0)  # the dtype table learns bf16
+    recognise("op", "dy", t, 0)  # the dtype table learns bf16
     dt = table.get(t.dtype)
     rows: dict[str, Callable[[], object]] = {
         "empty lambda": lambda: None,
@@ -47,9 +47,9 @@ def main() -> int:
         "t.nbytes": lambda: t.nbytes,
         "t.stride()": lambda: t.stride(),
         "t.device": lambda: t.device,
-        "_Array(12 fields)": lambda: _Array(t, (1, 2), dt, 5, False, None, 0, 10, None, None, None, "dy"),
+        "OpArray(12 fields)": lambda: OpArray(t, (1, 2), dt, 5, False, None, 0, 10, None, None, None, "dy"),
         "_torch_array (an output)": lambda: _torch_array(t, "dy", True),
-        "_recognise (an output)": lambda: _recognise("op", "dy", t, 0),
+        "recognise (an output)": lambda: recognise("op", "dy", t, 0),
         "stream_handle(torch stream)": lambda: stream_handle(stream),
         "stream_handle(None)": lambda: stream_handle(None),
     }

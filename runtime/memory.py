@@ -6,7 +6,7 @@ import math
 import sys
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ptxgen.dtypes import DType, resolve_dtype
 
@@ -107,9 +107,9 @@ class DeviceArray:
         owner = owning_stream(handle)
         describe = lambda: f"a {dims} {dtype.name} array"  # noqa: E731 (formatted only for an error)
         memory = _Allocation(device, nbytes, handle, owner, describe) if nbytes else None
-        self._fill(device, dims, dtype, nbytes, handle, owner, memory, memory.base if memory else 0)
-        if memory is not None:
+        if memory is not None:  # before _fill tracks it: a close from then on must find it a holder
             memory.holders.add(id(self))
+        self._fill(device, dims, dtype, nbytes, handle, owner, memory, memory.base if memory else 0)
 
     def _fill(
         self, device: Device, shape: tuple[int, ...], dtype: DType, nbytes: int, stream: int,
@@ -295,6 +295,17 @@ class DeviceArray:
             if not memory.holders:
                 memory.free()
 
+    def __copy__(self) -> NoReturn:
+        # A copy would be a second owner of the same memory that never learns it was freed.
+        raise TypeError(
+            "a DeviceArray owns its device memory and is not copied by copy.copy or "
+            "copy.deepcopy: pass the array itself, or make another with Device.empty(shape, "
+            "dtype) and copy into it"
+        )
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> NoReturn:
+        self.__copy__()
+
     def __enter__(self) -> DeviceArray:
         return self
 
@@ -307,18 +318,24 @@ def empty_group(
 ) -> list[DeviceArray]:
     """One array per shape (see :meth:`Device.empty_group`), all in one allocation.
     Every shape is checked before anything is allocated."""
-    if not isinstance(shapes, Sequence) or isinstance(shapes, (str, bytes)):
+    # A list or a tuple (what an op hands) without the abstract Sequence check's cost.
+    if type(shapes) not in (list, tuple) and (
+        not isinstance(shapes, Sequence) or isinstance(shapes, (str, bytes))
+    ):
         raise TypeError(f"empty_group takes a list of shapes, one per array, not {shapes!r}")
-    listed = list(shapes)
-    for i, shape in enumerate(listed):
+    dims = []
+    for i, shape in enumerate(shapes):
         if not isinstance(shape, (tuple, list)):
             raise TypeError(
                 f"empty_group: shapes[{i}] is {shape!r}; each shape is a tuple of ints, one per "
                 "array (e.g. [(64, 32), (64, 16)]; for one array, Device.empty)"
             )
-    dims = [_shape_of(s) for s in listed]
+        dims.append(_shape_of(shape))
     dtype, handle = resolve_dtype(dtype), stream_handle(stream)
-    sizes = [math.prod(d) * dtype.itemsize for d in dims]
+    if len(dims) == 1:  # one array (a concat's result): the allocation Device.empty makes
+        return [DeviceArray(device, dims[0], dtype, stream=handle)]
+    itemsize = dtype.itemsize
+    sizes = [math.prod(d) * itemsize for d in dims]
     starts, total = [], 0
     for nbytes in sizes:
         starts.append(total)
@@ -326,14 +343,14 @@ def empty_group(
     owner = owning_stream(handle)
     describe = lambda: f"{len(dims)} {dtype.name} arrays"  # noqa: E731
     memory = _Allocation(device, total, handle, owner, describe) if any(sizes) else None
-    arrays = []
-    for d, nbytes, start in zip(dims, sizes, starts):
-        a = DeviceArray.__new__(DeviceArray)
+    arrays = [DeviceArray.__new__(DeviceArray) for _ in dims]
+    if memory is not None:
+        # Every holder before the first array is tracked: a Device.close() closing that one
+        # while the rest are being made must not find the group empty and free it.
+        memory.holders.update(id(a) for a, nbytes in zip(arrays, sizes) if nbytes)
+    for a, d, nbytes, start in zip(arrays, dims, sizes, starts):
         held = memory if nbytes else None
         a._fill(device, d, dtype, nbytes, handle, owner, held, held.base + start if held else 0)
-        arrays.append(a)
-    if memory is not None:
-        memory.holders.update(id(a) for a in arrays if a.nbytes)
     return arrays
 
 

@@ -1,8 +1,8 @@
 """How the ops read their array arguments, and the checks on them.
 
-:func:`_recognise` reads any array an op is given (a :class:`runtime.DeviceArray`, a
+:func:`recognise` reads any array an op is given (a :class:`runtime.DeviceArray`, a
 torch tensor or CuPy array through its own attributes, anything else through
-``__cuda_array_interface__`` or DLPack) into an :class:`_Array`, or raises naming the
+``__cuda_array_interface__`` or DLPack) into an :class:`OpArray`, or raises naming the
 argument; the checks after it (alignment, an output's shape, dtype and writability, one
 memory order, overlap, one device) raise naming the argument too, before anything is
 allocated or launched. The ops' path (:mod:`runtime.ops`) runs them.
@@ -27,7 +27,7 @@ from .strided_ops import Strided, row_major_strides
 from .strides import in_order, memory_order
 
 
-class _Array:
+class OpArray:
     """What an op needs to know of one array argument (a slotted class: an op reads
     two or more of these per call, and a frozen dataclass costs several times more)."""
 
@@ -68,7 +68,7 @@ class _Array:
     @property
     def nbytes(self) -> int:
         """The bytes it spans: its elements' (a pitched array's rows and the gaps between
-        them, once :func:`_wide_pitch` has read it as row-major). Worked out where asked:
+        them, once :func:`wide_pitch` has read it as row-major). Worked out where asked:
         a call of a known route asks only for a misaligned address."""
         n = self._nbytes
         return n if n is not None else math.prod(self.shape) * self.dtype.itemsize
@@ -132,11 +132,11 @@ def torch_tensor_class() -> type | None:
     return TORCH.seen(tensor)
 
 
-def _torch_array(value: Any, what: str, written: bool) -> _Array | None:
+def _torch_array(value: Any, what: str, written: bool) -> OpArray | None:
     """A CUDA tensor read through torch's own attributes (no interface dict built: torch's
     own exports cost tens of µs), or None when it is anything else: the general path then
     accepts it or says why not. Strides that are not dense in any order are kept (order
-    None): a pitched wide array, or the not-dense error of :func:`_recognise`. Whether
+    None): a pitched wide array, or the not-dense error of :func:`recognise`. Whether
     it may be written is read only where it is ``written`` (an output), as the C lane does."""
     try:
         torch_dtype = value.dtype
@@ -149,7 +149,7 @@ def _torch_array(value: Any, what: str, written: bool) -> _Array | None:
             order = memory_order(value.shape, strides)
         # torch.Size is a tuple: kept as it is. A tensor that requires grad counts as
         # read-only: it may be read, but an op writing it would do so behind autograd.
-        return _Array(
+        return OpArray(
             value, value.shape, dtype, value.data_ptr(), written and value.requires_grad, None,
             value.get_device(), None, None, strides, order, what,
         )  # fmt: skip
@@ -162,7 +162,7 @@ def known_facts(value: Any, written: bool) -> tuple[tuple[Any, ...], int, int, D
     ordinal, device)``, ``fact`` being exactly what :func:`runtime.op_routes.route_key`
     keys it by. Only a row-major torch tensor of a dtype we have and an open, non-empty
     DeviceArray are read here, as the C lane reads them; anything else is None, and the
-    call goes the whole way (:func:`_recognise`), which accepts it or says why not."""
+    call goes the whole way (:func:`recognise`), which accepts it or says why not."""
     cls = value.__class__
     if cls is DeviceArray:
         key = value.launch_key  # (device, dtype) while open and not empty
@@ -182,7 +182,7 @@ def known_facts(value: Any, written: bool) -> tuple[tuple[Any, ...], int, int, D
         return None
 
 
-def _cupy_array(value: Any, what: str) -> _Array | None:
+def _cupy_array(value: Any, what: str) -> OpArray | None:
     """A CuPy array read through CuPy's own attributes, as Function.launch reads one:
     its device from its memory (no driver query for where its address lives), and the
     stream its ``__cuda_array_interface__`` would name (CuPy's current one; its null
@@ -205,7 +205,7 @@ def _cupy_array(value: Any, what: str) -> _Array | None:
             if order is None:
                 return None
         memory = value.data
-        return _Array(
+        return OpArray(
             value, shape, dtype, int(memory.ptr), False, None, memory.device_id, None,
             cupy_current_stream(), strides, order, what,
         )  # fmt: skip
@@ -213,7 +213,7 @@ def _cupy_array(value: Any, what: str) -> _Array | None:
         return None
 
 
-def _recognise(op: str, what: str, value: Any, stream: int, written: bool = True) -> _Array:
+def recognise(op: str, what: str, value: Any, stream: int, written: bool = True) -> OpArray:
     """Read an array argument, or raise naming it and what is accepted. Arrays of any
     strides are read: where not row-major, ``strides`` holds them and ``order`` their
     memory order where they are dense in one (None otherwise). An input (not ``written``)
@@ -223,13 +223,13 @@ def _recognise(op: str, what: str, value: Any, stream: int, written: bool = True
         key = value.launch_key  # (device, dtype) while open and not empty
         if key is not None:
             device, dtype = key
-            return _Array(
+            return OpArray(
                 value, value.shape, dtype, value.address, False, device, device.ordinal, None,
                 None, None, None, what,
             )  # fmt: skip
         if value.closed:
             raise ValueError(f"{op}: {what} is a closed DeviceArray")
-        return _Array(
+        return OpArray(
             value, value.shape, DTYPES[value.dtype], 0, False, value.device, value.device.ordinal, 0,
             what=what,
         )  # fmt: skip
@@ -274,13 +274,13 @@ def _recognise(op: str, what: str, value: Any, stream: int, written: bool = True
             )
         order = memory_order(shape, info.strides)
     nbytes = math.prod(shape) * info.dtype.itemsize
-    return _Array(
+    return OpArray(
         value, shape, info.dtype, info.ptr, info.readonly, None, info.device_id, nbytes, info.stream,
         info.strides if not info.contiguous else None, order, what,
     )  # fmt: skip
 
 
-def _is_sequence(value: Any) -> bool:
+def is_sequence(value: Any) -> bool:
     """Whether ``value`` is taken as a sequence of arrays (a list or tuple, or another
     sequence that is not text)."""
     if value.__class__ is list or value.__class__ is tuple:
@@ -312,7 +312,7 @@ def _row_pitch(shape: tuple[int, ...], strides: tuple[int, ...], axis: int) -> i
     return pitch if pitch >= max(inner, 1) else None
 
 
-def _wide_pitch(a: _Array, axis: int) -> int | None:
+def wide_pitch(a: OpArray, axis: int) -> int | None:
     """The row pitch of the wide array ``a`` split or joined along ``axis`` where it is a
     view of part of every row of a wider array (0 where its rows are packed or it is dense
     in another order); None for other strides (the strided path's). A pitched ``a`` is
@@ -330,7 +330,7 @@ def _wide_pitch(a: _Array, axis: int) -> int | None:
     return pitch if pitch != extent else 0
 
 
-def _check_aligned(op: str, what: str, a: _Array) -> None:
+def check_aligned(op: str, what: str, a: OpArray) -> None:
     # A pointer off its element boundary faults on the GPU; refuse it here instead.
     if a.nbytes and a.ptr % a.dtype.itemsize:
         raise ValueError(
@@ -339,7 +339,7 @@ def _check_aligned(op: str, what: str, a: _Array) -> None:
         )
 
 
-def _check_out(op: str, what: str, a: _Array, shape: tuple[int, ...], dtype: DType, reason: str) -> None:
+def check_out(op: str, what: str, a: OpArray, shape: tuple[int, ...], dtype: DType, reason: str) -> None:
     if a.shape != shape:
         raise ValueError(f"{op}: {what} has shape {tuple(a.shape)}, expected {tuple(shape)} ({reason})")
     if a.dtype is not dtype:
@@ -353,11 +353,11 @@ def _check_out(op: str, what: str, a: _Array, shape: tuple[int, ...], dtype: DTy
         raise ValueError(f"{op}: {what} is read-only; the op writes it")
 
 
-_MIXED = ("mixed",)  # _common_order's answer where no one order fits every array
+MIXED = ("mixed",)  # common_order's answer where no one order fits every array
 
 
-def _common_order(named: Sequence[tuple[str, _Array]]) -> tuple[int, ...] | None:
-    """The memory order every array lies in (None: row-major), or :data:`_MIXED` where
+def common_order(named: Sequence[tuple[str, OpArray]]) -> tuple[int, ...] | None:
+    """The memory order every array lies in (None: row-major), or :data:`MIXED` where
     they lie in different ones (the strided path's). The kernels move them as the
     row-major arrays their memory holds. An extent of 1 lets an array fit several
     orders, so each array's own order is a candidate, and the first that all of them
@@ -371,10 +371,10 @@ def _common_order(named: Sequence[tuple[str, _Array]]) -> tuple[int, ...] | None
     for order in (*candidates, None):
         if all(in_order(a.shape, a.strides, order) for _, a in named):
             return order
-    return _MIXED
+    return MIXED
 
 
-def _keeps_order(a: _Array) -> bool:
+def keeps_order(a: OpArray) -> bool:
     """Whether results made of ``a``'s kind can keep a memory order other than row-major:
     torch tensors and CuPy arrays can; a DeviceArray is row-major, so results of a
     DeviceArray (or any other) input in another order are made row-major, by the strided copy."""
@@ -392,7 +392,7 @@ def _pointer_ordinal(op: str, what: str, ptr: int) -> int:
         ) from None
 
 
-def _device_for(op: str, arrays: Sequence[_Array]) -> Device:
+def device_for(op: str, arrays: Sequence[OpArray]) -> Device:
     """The one device every array lives on (device 0 where no array can say)."""
     first = arrays[0]
     ordinal, device = first.ordinal, first.device
@@ -422,6 +422,6 @@ def _device_for(op: str, arrays: Sequence[_Array]) -> Device:
     return device_of(next(iter(where), 0))
 
 
-def _as_strided(a: _Array) -> Strided:
+def strided_of(a: OpArray) -> Strided:
     """``a`` as the strided copy reads it (:mod:`runtime.strided_ops`), row-major where it has no strides."""
     return Strided(a.ptr, tuple(a.shape), a.strides or row_major_strides(a.shape), a.dtype.itemsize)

@@ -1,7 +1,7 @@
 """What the ops work out once and keep: per shape, and per device.
 
-Per shape: the checks of ``dim`` and ``sizes`` and the shapes they give (:func:`_split_shape`,
-:func:`_join_shape`). Per device: the plan of a problem (:mod:`runtime.plan`, or
+Per shape: the checks of ``dim`` and ``sizes`` and the shapes they give (:func:`split_shape`,
+:func:`join_shape`). Per device: the plan of a problem (:mod:`runtime.plan`, or
 :mod:`runtime.strided_ops` for the strided copy) with its kernels loaded and its launches
 prepared per stream as one function of the arrays' base addresses (:class:`_Compiled`).
 :func:`plan_for` shows a plan without a call; :func:`runtime.ops.clear_plans` forgets
@@ -14,7 +14,8 @@ import math
 import operator
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from ptxgen.dtypes import DType
@@ -54,7 +55,7 @@ _split_shapes: dict[tuple[Any, ...], _Split] = {}
 _join_shapes: dict[tuple[Any, ...], _Join] = {}
 
 
-def _exact_ints(values: Any) -> bool:
+def exact_ints(values: Any) -> bool:
     if values.__class__ is not tuple and values.__class__ is not list:
         return False
     for v in values:  # noqa: SIM110 -- a loop is a third of all()'s cost on a few items
@@ -110,10 +111,10 @@ def _check_sizes(op: str, sizes: Any) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _split_shape(op: str, shape: tuple[int, ...], sizes: Any, dim: Any) -> _Split:
+def split_shape(op: str, shape: tuple[int, ...], sizes: Any, dim: Any) -> _Split:
     """``dy``'s shape cut into ``sizes`` along ``dim``, or the error naming what is wrong."""
     key = None
-    if dim.__class__ is int and _exact_ints(sizes):
+    if dim.__class__ is int and exact_ints(sizes):
         key = (shape, dim, *sizes)
         found = _split_shapes.get(key)
         if found is not None:
@@ -131,7 +132,7 @@ def _split_shape(op: str, shape: tuple[int, ...], sizes: Any, dim: Any) -> _Spli
     return _remember(_split_shapes, key, found)
 
 
-def _join_shape(op: str, shapes: list[tuple[int, ...]], dim: Any) -> _Join:
+def join_shape(op: str, shapes: list[tuple[int, ...]], dim: Any) -> _Join:
     """The inputs' shapes joined along ``dim``, or the error naming the input whose shape
     does not fit."""
     key = None
@@ -242,7 +243,19 @@ _plans: weakref.WeakKeyDictionary[Device, dict[tuple[Any, ...], _Compiled]] = we
 _plans_lock = threading.Lock()
 
 
-def _compiled(
+@contextmanager
+def cleared_plans() -> Iterator[None]:
+    """Forget every plan and remembered shape; the body runs under the same lock, so that
+    what was made from them (the ops' routes, the C lane's entries) is forgotten with them
+    and no call in between plans from half-cleared tables."""
+    with _plans_lock:
+        _plans.clear()
+        _split_shapes.clear()
+        _join_shapes.clear()
+        yield
+
+
+def compiled_for(
     device: Device,
     op: str,
     dtype: DType,
@@ -269,7 +282,7 @@ def _compiled(
         return found
 
 
-def _compiled_strided(device: Device, problem: StridedProblem) -> _Compiled:
+def compiled_strided_for(device: Device, problem: StridedProblem) -> _Compiled:
     """The strided plan for ``problem`` on ``device``, made and loaded at its first call."""
     key = ("strided", problem)
     per_device = _plans.get(device)

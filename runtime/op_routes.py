@@ -25,17 +25,17 @@ from ptxgen.dtypes import DType
 from ptxgen.kernels.plan_strided import StridedProblem
 
 from .op_arrays import (
-    _MIXED,
-    _Array,
-    _as_strided,
-    _check_out,
-    _common_order,
-    _is_sequence,
-    _keeps_order,
-    _recognise,
-    _wide_pitch,
+    MIXED,
+    OpArray,
+    check_out,
+    common_order,
+    is_sequence,
+    keeps_order,
+    recognise,
+    strided_of,
+    wide_pitch,
 )
-from .op_plans import _exact_ints, _join_shape, _split_shape
+from .op_plans import exact_ints, join_shape, split_shape
 from .strided_ops import Strided, check_own_memory, row_major_strides, span
 from .strides import dense_strides, permuted
 
@@ -90,13 +90,13 @@ _routes: dict[tuple[Any, ...], Route] = {}
 
 
 def route_key(
-    op: str, ints: tuple[Any, ...], flags: tuple[bool, ...], arrays: Sequence[_Array]
+    op: str, ints: tuple[Any, ...], flags: tuple[bool, ...], arrays: Sequence[OpArray]
 ) -> tuple[Any, ...] | None:
     """The key a call's route is remembered by: the op, its int arguments (dim, sizes),
     its flags (whether ``out`` was given) and each array's class, shape, strides, dtype
     and writability. None where an int argument is not an exact int (a bool equals 1
     as a key but is refused: such a call always takes the checks)."""
-    if not _exact_ints(ints):
+    if not exact_ints(ints):
         return None
     facts = [(a.obj.__class__, a.shape, a.strides, a.dtype, a.readonly) for a in arrays]
     return (op, ints, flags, *facts)
@@ -131,24 +131,24 @@ def _offsets(view: Strided) -> tuple[int, int]:
 def split_route(
     op: str,
     key: tuple[Any, ...] | None,
-    src: _Array,
+    src: OpArray,
     sizes: Any,
     dim: Any,
     out: Any,
-    outs: list[_Array] | None,
+    outs: list[OpArray] | None,
     stream: int,
 ) -> Route:
     """The route of ``channel_cat_backward(dy, sizes, dim, out=out)``, ``src`` being dy
     read; ``outs`` the arrays of ``out`` read (None: read here, each where its turn comes,
     so that an argument's error is the first of its call). Remembered under ``key``."""
-    split = _split_shape(op, src.shape, sizes, dim)
-    dy_view = _as_strided(src)  # before _wide_pitch reads a pitched dy as row-major
-    pitch = _wide_pitch(src, split.axis)
+    split = split_shape(op, src.shape, sizes, dim)
+    dy_view = strided_of(src)  # before wide_pitch reads a pitched dy as row-major
+    pitch = wide_pitch(src, split.axis)
     strided = pitch is None  # strides no fused kernel takes: the strided copy's
     dtype = src.dtype
     named = [("dy", src)]
     if out is not None:
-        if not _is_sequence(out):
+        if not is_sequence(out):
             raise TypeError(f"{op}: out must be a list or tuple of arrays, not {type(out).__name__}")
         if len(out) != len(split.pieces):
             raise ValueError(
@@ -156,14 +156,14 @@ def split_route(
             )
         for i, o in enumerate(out):
             what = f"out[{i}]"
-            a = outs[i] if outs is not None else _recognise(op, what, o, stream)
+            a = outs[i] if outs is not None else recognise(op, what, o, stream)
             shape = split.out_shapes[i]
-            _check_out(op, what, a, shape, dtype, f"dy's shape with {split.pieces[i]} along dim {split.axis}")
+            check_out(op, what, a, shape, dtype, f"dy's shape with {split.pieces[i]} along dim {split.axis}")
             strided = strided or (a.strides is not None and a.order is None)
             named.append((what, a))
-    order = None if strided else _common_order(named)
-    if strided or order is _MIXED or (out is None and order is not None and not _keeps_order(src)):
-        pieces = [(what, _as_strided(a)) for what, a in named[1:]]
+    order = None if strided else common_order(named)
+    if strided or order is MIXED or (out is None and order is not None and not keeps_order(src)):
+        pieces = [(what, strided_of(a)) for what, a in named[1:]]
         for what, p in pieces:
             check_own_memory(op, what, p)
         if out is not None:
@@ -177,7 +177,7 @@ def split_route(
         return _remember(key, Route("backward", dtype, split.out_shapes, spans, 1, problem=problem))
     # Dense in another order (channels_last): the same copy as the row-major array its
     # memory holds, split along the same dim's place in that order.
-    moved = split if order is None else _split_shape(
+    moved = split if order is None else split_shape(
         op, permuted(src.shape, order), sizes, order.index(split.axis)
     )  # fmt: skip
     spans = tuple((0, a.nbytes) for _, a in named)  # a pitched dy's spans its rows' gaps too
@@ -189,10 +189,10 @@ def split_route(
 def join_route(
     op: str,
     key: tuple[Any, ...] | None,
-    xs: list[_Array],
+    xs: list[OpArray],
     dim: Any,
     out: Any,
-    dst: _Array | None,
+    dst: OpArray | None,
     stream: int,
 ) -> Route:
     """The route of ``channel_cat_forward(xs, dim, out=out)``, ``xs`` read; ``dst`` the
@@ -203,21 +203,21 @@ def join_route(
     for what, a in named:
         if a.dtype is not dtype:
             raise TypeError(f"{op}: {what} is {a.dtype.name}, xs[0] is {dtype.name}; all must match")
-    join = _join_shape(op, [a.shape for a in xs], dim)
+    join = join_shape(op, [a.shape for a in xs], dim)
     inputs = len(xs)
-    views = [_as_strided(a) for a in xs]
+    views = [strided_of(a) for a in xs]
     pitch: int | None = 0
     strided = any(a.strides is not None and a.order is None for a in xs)
     out_view = None
     if out is not None:
-        dst = dst if dst is not None else _recognise(op, "out", out, stream)
-        _check_out(op, "out", dst, join.shape, dtype, f"the inputs joined along dim {join.axis}")
-        out_view = _as_strided(dst)  # before _wide_pitch reads a pitched out as row-major
-        pitch = _wide_pitch(dst, join.axis)
+        dst = dst if dst is not None else recognise(op, "out", out, stream)
+        check_out(op, "out", dst, join.shape, dtype, f"the inputs joined along dim {join.axis}")
+        out_view = strided_of(dst)  # before wide_pitch reads a pitched out as row-major
+        pitch = wide_pitch(dst, join.axis)
         strided = strided or pitch is None
         named.append(("out", dst))
-    order = None if strided else _common_order(named)
-    if strided or order is _MIXED or (out is None and order is not None and not _keeps_order(first)):
+    order = None if strided else common_order(named)
+    if strided or order is MIXED or (out is None and order is not None and not keeps_order(first)):
         if out_view is not None:
             check_own_memory(op, "out", out_view)
             out_strides = out_view.strides
@@ -230,7 +230,7 @@ def join_route(
         spans = tuple(_offsets(v) for v in (*views, *([out_view] if out_view is not None else [])))
         return _remember(key, Route("forward", dtype, (join.shape,), spans, inputs, problem=problem))
     # dense in another order (channels_last): the row-major arrays the memory holds
-    moved = join if order is None else _join_shape(
+    moved = join if order is None else join_shape(
         op, [permuted(a.shape, order) for a in xs], order.index(join.axis)
     )  # fmt: skip
     spans = tuple((0, a.nbytes) for _, a in named)  # a pitched out's spans its rows' gaps too

@@ -38,21 +38,18 @@ from .device import device_of
 from .op_arrays import (
     CUPY,
     TORCH,
-    _Array,
-    _check_aligned,
-    _device_for,
-    _is_sequence,
-    _recognise,
+    OpArray,
+    check_aligned,
+    device_for,
+    is_sequence,
     known_facts,
+    recognise,
 )
 from .op_plans import (
-    _compiled,
-    _compiled_strided,
-    _exact_ints,
-    _join_shapes,
-    _plans,
-    _plans_lock,
-    _split_shapes,
+    cleared_plans,
+    compiled_for,
+    compiled_strided_for,
+    exact_ints,
     plan_for,
 )
 from .op_routes import Route, clear_routes, join_route, remembered, route_key, split_route
@@ -91,10 +88,7 @@ CUPY.when_seen(_bind_cupy)
 def clear_plans() -> None:
     """Forget every plan and remembered shape: the next call of each shape plans again
     (after the planner's settings changed, say). Loaded modules stay with their device."""
-    with _plans_lock:
-        _plans.clear()
-        _split_shapes.clear()
-        _join_shapes.clear()
+    with cleared_plans():
         clear_routes()
         if _lane is not None:
             _lane.forget()
@@ -103,7 +97,7 @@ def clear_plans() -> None:
 # --- the path: a call's route, then its addresses -------------------------------------------
 
 
-def _launch_route(op: str, route: Route, arrays: list[_Array], given: bool, like: Any,
+def _launch_route(op: str, route: Route, arrays: list[OpArray], given: bool, like: Any,
                   handle: int) -> tuple[list[Any] | None, list[int], Any, Any]:  # fmt: skip
     """Runs ``route`` on ``arrays`` (inputs, then outputs where ``given``): every check of
     their addresses (alignment, overlap, one device) before anything is allocated or
@@ -117,7 +111,7 @@ def _launch_route(op: str, route: Route, arrays: list[_Array], given: bool, like
     for a, (lo, hi) in zip(arrays, route.spans):
         ptr = a.ptr
         if ptr & mask and a.nbytes:
-            _check_aligned(op, a.what, a)
+            check_aligned(op, a.what, a)
         if given and lo < hi:
             bounds.append((ptr + lo, ptr + hi))
         if a.stream is not None:
@@ -134,7 +128,7 @@ def _launch_route(op: str, route: Route, arrays: list[_Array], given: bool, like
                 check_disjoint(op, spans, route.first_output, route.strided)
                 break
             end = stop
-    device = _device_for(op, arrays)
+    device = device_for(op, arrays)
     if producers:  # the op's stream waits for each producer an array's interface names
         for a in arrays:
             if a.stream is not None:
@@ -164,7 +158,7 @@ def _known(op: str, ints: tuple[Any, ...], arrays: Sequence[Any], first_output: 
     call then goes the whole way, which accepts it or raises what is wrong: this decides
     nothing the whole way does not. Returns the results made (None where given) and the
     outputs' addresses."""
-    if not _exact_ints(ints):
+    if not exact_ints(ints):
         return None
     facts, ptrs = [], []
     ordinal = device = None
@@ -177,7 +171,7 @@ def _known(op: str, ints: tuple[Any, ...], arrays: Sequence[Any], first_output: 
             ordinal = own
         elif own != ordinal:
             return None
-        if own_device is not None:  # a DeviceArray's: every one must name the same (_device_for)
+        if own_device is not None:  # a DeviceArray's: every one must name the same (device_for)
             if device is not None and own_device is not device:
                 return None
             device = own_device
@@ -226,9 +220,9 @@ def _launcher(route: Route, device: Any, handle: int, wide: int, pieces: list[in
     if found is not None and found[0] is device:
         return found[1]
     if route.problem is not None:  # the strided copy's plan does not depend on alignment
-        compiled = _compiled_strided(device, route.problem)
+        compiled = compiled_strided_for(device, route.problem)
     else:
-        compiled = _compiled(device, route.op, route.dtype, route.rows, route.extents, key[1], key[2:],
+        compiled = compiled_for(device, route.op, route.dtype, route.rows, route.extents, key[1], key[2:],
                              route.pitch)  # fmt: skip
     launch = compiled.launcher(handle)
     if len(route.launches) >= _LAUNCHES_KEPT:
@@ -249,11 +243,11 @@ def _names(table: tuple[str, ...], prefix: str, n: int) -> Sequence[str]:
     return table[:n] if n <= len(table) else [f"{prefix}[{i}]" for i in range(n)]
 
 
-def _read_each(op: str, values: Sequence[Any], names: Sequence[str], handle: int) -> list[_Array] | None:
+def _read_each(op: str, values: Sequence[Any], names: Sequence[str], handle: int) -> list[OpArray] | None:
     """Each of ``values`` read, for a route's key; None where one cannot be read (the
     route's checks then read them in their turn, and raise in their order)."""
     try:
-        return [_recognise(op, what, v, handle) for what, v in zip(names, values)]
+        return [recognise(op, what, v, handle) for what, v in zip(names, values)]
     except (TypeError, ValueError):
         return None
 
@@ -287,8 +281,8 @@ def channel_cat_backward(
             "backward", (dim, *sizes), (dy, *out), 1, True, dy, handle
         ) is not None:
             return list(out)
-    src = _recognise(op, "dy", dy, handle, written=False)
-    names = _names(_OUT_NAMES, "out", len(out)) if _is_sequence(out) else ()
+    src = recognise(op, "dy", dy, handle, written=False)
+    names = _names(_OUT_NAMES, "out", len(out)) if is_sequence(out) else ()
     outs = _read_each(op, out, names, handle) if names else None
     key = None
     if sizes.__class__ is list or sizes.__class__ is tuple:
@@ -298,7 +292,7 @@ def channel_cat_backward(
     arrays = [src]
     if out is not None:
         if outs is None:  # the route read each in its turn; read again, they raise as they did
-            outs = [_recognise(op, what, o, handle) for what, o in zip(names, out)]
+            outs = [recognise(op, what, o, handle) for what, o in zip(names, out)]
         arrays += outs
     made, outputs, device, launch = _launch_route(op, route, arrays, out is not None, dy, handle)
     if _lane is not None:  # the next call of this kind runs in C
@@ -333,7 +327,7 @@ def channel_cat_forward(xs: Sequence[Any], dim: int = 1, *, out: Any = None, str
     if not xs:
         raise ValueError(f"{op}: xs is empty; give at least one array to concatenate")
     xs_names = _names(_XS_NAMES, "xs", len(xs))
-    inputs = [_recognise(op, what, x, handle, written=False) for what, x in zip(xs_names, xs)]
+    inputs = [recognise(op, what, x, handle, written=False) for what, x in zip(xs_names, xs)]
     dst = _read_each(op, [out], ["out"], handle) if out is not None else None
     key = None
     if out is None or dst is not None:
@@ -342,7 +336,7 @@ def channel_cat_forward(xs: Sequence[Any], dim: int = 1, *, out: Any = None, str
     arrays = inputs
     if out is not None:
         # where it could not be read for the key, the route read it; read again, it raises as it did
-        arrays = [*inputs, dst[0] if dst else _recognise(op, "out", out, handle)]
+        arrays = [*inputs, dst[0] if dst else recognise(op, "out", out, handle)]
     made, outputs, device, launch = _launch_route(op, route, arrays, out is not None, xs[0], handle)
     if _lane is not None:
         seen, made_at = [(a.ptr, a.shape) for a in arrays], outputs if made is not None else []

@@ -303,7 +303,7 @@ def test_the_c_lane_checks_and_writes_exactly(dev, torch, monkeypatch, dtype):
     da_dy = dev.to_device(bits, dtype=dtype)
     da_outs = [dev.empty((rows, s), dtype) for s in sizes]
     da_y = dev.empty((rows, sum(sizes)), dtype)
-    real = ops._recognise
+    real = ops.recognise
     for second in (False, True):
         if second:  # the outputs poisoned again; in C alone where the lane is on
             buffer.fill_(0xA5)
@@ -312,14 +312,14 @@ def test_the_c_lane_checks_and_writes_exactly(dev, torch, monkeypatch, dtype):
                 a.fill_bytes(0xA5)
             if ops._lane is not None and ops._lane.enabled:
                 monkeypatch.setattr(
-                    ops, "_recognise", lambda *a, **k: pytest.fail("the Python path was taken")
+                    ops, "recognise", lambda *a, **k: pytest.fail("the Python path was taken")
                 )
         result = runtime.channel_cat_backward(dy, list(sizes), 1, out=outs)
         assert len(result) == 3 and all(r is o for r, o in zip(result, outs))
         assert runtime.channel_cat_forward(outs, -1, out=y) is y
         runtime.channel_cat_backward(da_dy, sizes, 1, out=da_outs)
         runtime.channel_cat_forward([da_outs[0], outs[1], da_outs[2]], 1, out=da_y)  # a mix
-    monkeypatch.setattr(ops, "_recognise", real)
+    monkeypatch.setattr(ops, "recognise", real)
     torch.cuda.synchronize()
     for got, got_da, w in zip(outs, da_outs, split_bits(bits, sizes, 1)):
         assert np.array_equal(got.view(torch.uint8).cpu().numpy().view(f"u{size}"), w)
@@ -394,7 +394,7 @@ def test_cupy_calls_run_in_the_c_lane_and_leave_other_streams_to_python(dev, mon
         for attempt in range(2):  # the Python path, then the lane alone
             if attempt:
                 monkeypatch.setattr(
-                    ops, "_recognise", lambda *a, **k: pytest.fail("the Python path was taken")
+                    ops, "recognise", lambda *a, **k: pytest.fail("the Python path was taken")
                 )
             assert all(r is o for r, o in zip(runtime.channel_cat_backward(dy, sizes, 1, out=out), out))
             made = runtime.channel_cat_backward(dy, sizes, 1)

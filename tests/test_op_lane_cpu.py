@@ -6,7 +6,9 @@ is told reads as a DeviceArray; its launch functions record what they are called
 
 from __future__ import annotations
 
+import gc
 import itertools
+import weakref
 
 import pytest
 
@@ -199,6 +201,10 @@ def test_results_are_made_only_where_a_launch_of_that_device_and_stream_waits():
     results = lane.split(dy, [3, 7], 1, None, None)
     assert [r.shape for r in results] == [(4, 3), (4, 7)] and [s for _, s in device.made] == [0, 0]
     assert called == [(0x10000, *[r.address for r in results])]
+    given = [weakref.ref(r) for r in results]
+    del results
+    gc.collect()
+    assert [r() for r in given] == [None, None], "the lane kept a reference to the results it returned"
 
 
 def test_what_the_results_maker_answers_reaches_the_caller_or_leaves_the_call():
@@ -207,14 +213,18 @@ def test_what_the_results_maker_answers_reaches_the_caller_or_leaves_the_call():
     read (too few arrays, a negative address, a list for the pair) leaves the call to
     Python, nothing launched, the arrays made let go. A maker that is not callable is
     refused when the lane is made."""
-    called = []
+    called, made = [], []
 
     def raising(like, device, stream, results, dtype, order):
         raise MemoryError("out of device memory: cannot allocate 112 bytes")
 
+    def arrays(device, *shapes):
+        made[:] = [_Array(device, s, 0x90000 + 0x10000 * i) for i, s in enumerate(shapes)]
+        return list(made)
+
     answers = (
-        lambda *a: ([_Array(a[1], (4, 3), 0x90000)], [0x90000]),
-        lambda *a: ([_Array(a[1], (4, 3), 0x90000), _Array(a[1], (4, 7), 0xA0000)], [0x90000, -16]),
+        lambda *a: (arrays(a[1], (4, 3)), [0x90000]),
+        lambda *a: (arrays(a[1], (4, 3), (4, 7)), [0x90000, -16]),
         lambda *a: [[], []],
     )
     for maker in (raising, *answers):
@@ -227,6 +237,10 @@ def test_what_the_results_maker_answers_reaches_the_caller_or_leaves_the_call():
                 lane.split(dy, [3, 7], 1, None, None)
         else:
             assert lane.split(dy, [3, 7], 1, None, None) is False
+            let_go = [weakref.ref(a) for a in made]
+            made.clear()
+            gc.collect()
+            assert [r() for r in let_go] == [None] * len(let_go), "the lane kept arrays it made"
     assert called == []
     with pytest.raises(TypeError, match="outputs must be callable"):
         _lane(42)

@@ -17,7 +17,7 @@ np = pytest.importorskip("numpy")
 def emulated(monkeypatch, fresh_plans):
     monkeypatch.setattr(plan, "VARIANTS", [plan.SEED])
     device = EmulatedDevice()
-    monkeypatch.setattr(ops, "_device_for", lambda op, arrays: device)
+    monkeypatch.setattr(ops, "device_for", lambda op, arrays: device)
     return device
 
 

@@ -49,8 +49,8 @@ def no_device(monkeypatch):
     def reached(*args, **kwargs):
         raise AssertionError("the op got past its checks to the device")
 
-    monkeypatch.setattr(ops, "_device_for", reached)
-    monkeypatch.setattr(ops, "_compiled", reached)
+    monkeypatch.setattr(ops, "device_for", reached)
+    monkeypatch.setattr(ops, "compiled_for", reached)
 
 
 # --- checks and messages ---------------------------------------------------------------
@@ -142,7 +142,7 @@ def test_inputs_may_share_memory_but_valid_calls_reach_the_device(monkeypatch):
     def device_for(op, arrays):
         raise Reached([a.what for a in arrays])
 
-    monkeypatch.setattr(ops, "_device_for", device_for)
+    monkeypatch.setattr(ops, "device_for", device_for)
     x = FakeArray((2, 3, 5), ptr=1 << 40)
     with pytest.raises(Reached) as info:  # the same input twice: read-only, so fine
         runtime.channel_cat_forward([x, x], dim=-2, out=FakeArray((2, 6, 5), ptr=1 << 42))
@@ -159,22 +159,22 @@ def test_the_device_of_a_call_is_the_one_every_array_names(monkeypatch):
     monkeypatch.setattr(op_arrays, "device_of", lambda ordinal: opened.append(ordinal) or f"device {ordinal}")
 
     def arr(what, ordinal, device=None, nbytes=16):
-        return op_arrays._Array(
+        return op_arrays.OpArray(
             None, (4,), ptxgen.resolve_dtype("f32"), 1 << 40, False, device, ordinal, nbytes, what=what
         )
 
     own = SimpleNamespace(ordinal=1)
-    assert op_arrays._device_for("op", [arr("a", 1), arr("b", 1)]) == "device 1"
-    assert op_arrays._device_for("op", [arr("a", 1, own), arr("b", 1, own)]) is own
-    assert op_arrays._device_for("op", [arr("a", 1), arr("b", 1, own)]) is own
-    assert op_arrays._device_for("op", [arr("a", 1, own), arr("b", 1)]) is own
-    assert op_arrays._device_for("op", [arr("a", None, nbytes=0), arr("b", 2)]) == "device 2"
+    assert op_arrays.device_for("op", [arr("a", 1), arr("b", 1)]) == "device 1"
+    assert op_arrays.device_for("op", [arr("a", 1, own), arr("b", 1, own)]) is own
+    assert op_arrays.device_for("op", [arr("a", 1), arr("b", 1, own)]) is own
+    assert op_arrays.device_for("op", [arr("a", 1, own), arr("b", 1)]) is own
+    assert op_arrays.device_for("op", [arr("a", None, nbytes=0), arr("b", 2)]) == "device 2"
     assert opened == [1, 2]
     for arrays in ([arr("a", 0), arr("b", 1)], [arr("a", 1, own), arr("b", 0)]):
         with pytest.raises(
             ValueError, match=r"the arrays live on different devices \(a on device \d, b on device \d\)"
         ):
-            op_arrays._device_for("op", arrays)
+            op_arrays.device_for("op", arrays)
 
 
 # --- the planner -------------------------------------------------------------------------
@@ -417,7 +417,7 @@ def emulated(monkeypatch, fresh_plans):
     # PTX interpreter in tests/test_fastcat_plans.py.
     monkeypatch.setattr(plan, "VARIANTS", [plan.SEED])
     device = EmulatedDevice()
-    monkeypatch.setattr(ops, "_device_for", lambda op, arrays: device)
+    monkeypatch.setattr(ops, "device_for", lambda op, arrays: device)
     monkeypatch.setattr(ops, "device_of", lambda ordinal: device)  # a known call's, without the lane
     return device
 
@@ -568,7 +568,7 @@ def test_grids_past_the_device_limit_become_several_launches(
     the op's one call, in order."""
     monkeypatch.setattr(plan, "VARIANTS", [plan.SEED])  # the seed's grid limits are what is tested
     device = EmulatedDevice(max_grid_x=rows_per_launch)
-    monkeypatch.setattr(ops, "_device_for", lambda op, arrays: device)
+    monkeypatch.setattr(ops, "device_for", lambda op, arrays: device)
     data = np.random.default_rng().integers(0, 2**63, (23, 40), dtype=np.uint64)
     pieces = runtime.channel_cat_backward(device.array((23, 40), "i64", data), [39, 1])
     assert np.array_equal(device.read(pieces[0], np.uint64), data[:, :39])
@@ -649,10 +649,10 @@ def test_the_c_lane_launches_what_the_python_path_would(
     out = [made[i] for i in range(len(sizes))]
     y = _device_array(emulated, shape, "i64")
 
-    real = ops._recognise
+    real = ops.recognise
     for i in range(2):  # run by the Python path, then remembered
         if i and launch_path == "compiled":
-            monkeypatch.setattr(ops, "_recognise", lambda *a, **k: pytest.fail("the Python path was taken"))
+            monkeypatch.setattr(ops, "recognise", lambda *a, **k: pytest.fail("the Python path was taken"))
         before = len(emulated.launches)
         assert runtime.channel_cat_backward(dy, list(sizes), dim, out=out, stream=7) == out
         assert runtime.channel_cat_forward(out, dim, out=y, stream=7) is y
@@ -661,7 +661,7 @@ def test_the_c_lane_launches_what_the_python_path_would(
         assert np.array_equal(emulated.read(got, np.int64), w)
     assert np.array_equal(emulated.read(y, np.int64), data)
 
-    monkeypatch.setattr(ops, "_recognise", real)
+    monkeypatch.setattr(ops, "recognise", real)
     monkeypatch.setattr(ops, "_lane", None)
     before = len(emulated.launches)
     runtime.channel_cat_backward(dy, list(sizes), dim, out=out, stream=7)
@@ -735,7 +735,7 @@ def test_the_c_lane_leaves_a_closed_devices_calls_to_python(emulated, monkeypatc
     assert ops._lane.split(dy, [3, 7], 1, out, None) is False
     other = EmulatedDevice()
     other.closed = False
-    monkeypatch.setattr(ops, "_device_for", lambda op, arrays: other)
+    monkeypatch.setattr(ops, "device_for", lambda op, arrays: other)
     dy = _device_array(other, (4, 10), "f32")
     out = [_device_array(other, (4, 3), "f32"), _device_array(other, (4, 7), "f32")]
     assert ops._lane.split(dy, [3, 7], 1, out, None) is False
@@ -817,7 +817,7 @@ def test_the_c_lane_takes_torch_tensors_and_device_arrays_together(mixed, monkey
     y = _FakeTensor(mixed, (4, 10), "f32")
     for i in range(2):  # run by the Python path, then remembered: compiled, the C lane's alone
         if i and launch_path == "compiled":
-            monkeypatch.setattr(ops, "_recognise", lambda *a, **k: pytest.fail("the Python path was taken"))
+            monkeypatch.setattr(ops, "recognise", lambda *a, **k: pytest.fail("the Python path was taken"))
         runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
         runtime.channel_cat_forward(out, 1, out=y)
     assert np.array_equal(mixed.read(out[0], np.float32), data[:, :3])
@@ -840,7 +840,7 @@ def test_a_first_torch_call_is_handed_to_the_c_lane(emulated, monkeypatch, launc
     assert op_arrays.TORCH.array_class is _FakeTensor
     if launch_path == "compiled":
         assert ops._lane.remembered == 1
-        monkeypatch.setattr(ops, "_recognise", lambda *a, **k: pytest.fail("the Python path was taken"))
+        monkeypatch.setattr(ops, "recognise", lambda *a, **k: pytest.fail("the Python path was taken"))
         assert ops._lane.split(dy, [3, 7], 1, out, None) is True
     runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
     assert np.array_equal(emulated.read(out[1]._array, np.float32), data[:, 3:])
@@ -990,7 +990,7 @@ def test_the_c_lane_runs_the_ops_steps_in_c(emulated, monkeypatch, launch_path):
     assert len(first) == 2 and all(c.compiled for b in bindings for c in b.calls)
     for b in bindings:
         b.calls.clear()
-    monkeypatch.setattr(ops, "_recognise", lambda *a, **k: pytest.fail("the Python path was taken"))
+    monkeypatch.setattr(ops, "recognise", lambda *a, **k: pytest.fail("the Python path was taken"))
     runtime.channel_cat_backward(dy, [3, 7], 1, out=out, stream=7)
     assert [(c.args[:9], c.slots) for b in bindings for c in b.calls] == first
     pointers = sorted(int.from_bytes(c.slots[i], "little") for b in bindings for c in b.calls for i in (0, 1))
@@ -1040,7 +1040,7 @@ def test_the_c_lane_keeps_each_dtype_apart(mixed, monkeypatch, launch_path):
     out64 = [_device_array(mixed, (4, s), "i64") for s in (3, 7)]
     for i in range(3):
         if i == 2 and launch_path == "compiled":
-            monkeypatch.setattr(ops, "_recognise", lambda *a, **k: pytest.fail("the Python path was taken"))
+            monkeypatch.setattr(ops, "recognise", lambda *a, **k: pytest.fail("the Python path was taken"))
         runtime.channel_cat_backward(dy32, [3, 7], 1, out=out32)
         runtime.channel_cat_backward(dy64, [3, 7], 1, out=out64)
     assert np.array_equal(mixed.read(out32[0]._array, np.float32), f32[:, :3])
@@ -1195,18 +1195,16 @@ class _StandInCupy:
 def test_a_cupy_array_is_read_from_its_attributes_with_its_device_and_stream(stand_in_cupy):
     cupy = _StandInCupy()
     stand_in_cupy(cupy)
-    a = op_arrays._recognise("op", "dy", cupy.ndarray((6, 10), "<f4", 1 << 40, device=1), 0)
+    a = op_arrays.recognise("op", "dy", cupy.ndarray((6, 10), "<f4", 1 << 40, device=1), 0)
     assert (a.shape, a.dtype.name, a.ptr, a.ordinal, a.nbytes) == ((6, 10), "f32", 1 << 40, 1, 240)
     assert a.stream == 1 and a.strides is None and a.order is None  # the null stream: legacy
     cupy_on_stream = _StandInCupy(current_stream=0x5000)
     stand_in_cupy(cupy_on_stream)
-    b = op_arrays._recognise("op", "dy", cupy_on_stream.ndarray((6, 10), "<f4", 1 << 40), 0)
+    b = op_arrays.recognise("op", "dy", cupy_on_stream.ndarray((6, 10), "<f4", 1 << 40), 0)
     assert b.stream == 0x5000 and 0x5000 in runtime.stream.known_stream_handles()
     # channels_last (N, C, H, W) in byte strides: its memory order
     stand_in_cupy(cupy)
-    c = op_arrays._recognise(
-        "op", "x", cupy.ndarray((2, 3, 4, 5), "<f2", 1 << 40, strides=(120, 2, 30, 6)), 0
-    )
+    c = op_arrays.recognise("op", "x", cupy.ndarray((2, 3, 4, 5), "<f2", 1 << 40, strides=(120, 2, 30, 6)), 0)
     assert c.order == (0, 2, 3, 1) and c.strides == (60, 1, 15, 3)
 
 
@@ -1217,10 +1215,10 @@ def test_the_first_cupy_array_read_binds_what_waits_for_cupy(stand_in_cupy):
     op_arrays.CUPY.when_seen(seen.append)  # the fixture's own, which the C lane does not wait on
     cupy = stand_in_cupy(_StandInCupy())
     for _ in range(2):
-        op_arrays._recognise("op", "dy", cupy.ndarray((2, 2), "<f4", 1 << 40), 0)
+        op_arrays.recognise("op", "dy", cupy.ndarray((2, 2), "<f4", 1 << 40), 0)
     assert seen == [cupy.ndarray]
     other = stand_in_cupy(_StandInCupy())
-    op_arrays._recognise("op", "dy", other.ndarray((2, 2), "<f4", 1 << 40), 0)
+    op_arrays.recognise("op", "dy", other.ndarray((2, 2), "<f4", 1 << 40), 0)
     assert seen == [cupy.ndarray, other.ndarray]
 
 
@@ -1229,11 +1227,11 @@ def test_a_cupy_bf16_or_fp8_array_is_known_by_its_dtype_name(stand_in_cupy):
     names them, and the reader takes them by that name rather than through DLPack."""
     cupy = _StandInCupy()
     stand_in_cupy(cupy)
-    bf16 = op_arrays._recognise("op", "dy", cupy.ndarray((4, 4), "<V2", 1 << 40, name="bfloat16"), 0)
+    bf16 = op_arrays.recognise("op", "dy", cupy.ndarray((4, 4), "<V2", 1 << 40, name="bfloat16"), 0)
     assert (bf16.dtype.name, bf16.nbytes) == ("bf16", 32)
-    e4m3 = op_arrays._recognise("op", "dy", cupy.ndarray((4, 4), "<V1", 1 << 40, name="float8_e4m3fn"), 0)
+    e4m3 = op_arrays.recognise("op", "dy", cupy.ndarray((4, 4), "<V1", 1 << 40, name="float8_e4m3fn"), 0)
     assert (e4m3.dtype.name, e4m3.nbytes) == ("e4m3", 16)
-    e5m2 = op_arrays._recognise("op", "dy", cupy.ndarray((4, 4), "<f1", 1 << 40, name="float8_e5m2"), 0)
+    e5m2 = op_arrays.recognise("op", "dy", cupy.ndarray((4, 4), "<f1", 1 << 40, name="float8_e5m2"), 0)
     assert (e5m2.dtype.name, e5m2.nbytes) == ("e5m2", 16)
 
 
@@ -1257,10 +1255,10 @@ def test_a_cupy_array_the_reader_does_not_take_goes_to_the_interface(stand_in_cu
     stand_in_cupy(cupy)
     void = cupy.ndarray((4, 4), "<V2", 1 << 40)  # a void type of no dtype's name
     with pytest.raises(TypeError, match="not the interface"):  # the interface was asked
-        op_arrays._recognise("op", "dy", void, 0)
+        op_arrays.recognise("op", "dy", void, 0)
     gappy = cupy.ndarray((4, 4), "<f4", 1 << 40, strides=(32, 4))  # pitched rows
     with pytest.raises(TypeError, match="not the interface"):  # the interface was asked
-        op_arrays._recognise("op", "dy", gappy, 0)
+        op_arrays.recognise("op", "dy", gappy, 0)
 
 
 def test_a_route_keeps_its_launch_per_device_stream_and_alignment(emulated, monkeypatch):
@@ -1269,8 +1267,8 @@ def test_a_route_keeps_its_launch_per_device_stream_and_alignment(emulated, monk
     from runtime import op_routes
 
     monkeypatch.setattr(ops, "_lane", None)
-    asked, real = [], ops._compiled
-    monkeypatch.setattr(ops, "_compiled", lambda *a: asked.append(a[0]) or real(*a))
+    asked, real = [], ops.compiled_for
+    monkeypatch.setattr(ops, "compiled_for", lambda *a: asked.append(a[0]) or real(*a))
     dy = emulated.array((4, 10), "f32")
     out = [emulated.array((4, 3), "f32"), emulated.array((4, 7), "f32")]
     for _ in range(3):
@@ -1281,7 +1279,7 @@ def test_a_route_keeps_its_launch_per_device_stream_and_alignment(emulated, monk
     assert sorted(key[0] for key in route.launches) == [0, 7]
     other = EmulatedDevice()
     other.pool, other.allocations = emulated.pool, emulated.allocations  # the same memory, another device
-    monkeypatch.setattr(ops, "_device_for", lambda op, arrays: other)
+    monkeypatch.setattr(ops, "device_for", lambda op, arrays: other)
     runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
     assert asked == [emulated, emulated, other]
 
@@ -1328,11 +1326,11 @@ def test_a_torch_tensor_of_any_strides_is_read_through_its_attributes(monkeypatc
 
     monkeypatch.setattr(op_arrays.TORCH, "array_class", Strided)
     view = Strided((4, 10), (16, 1))  # x[:, :10] of a (4, 16) tensor
-    a = op_arrays._recognise("op", "dy", view, 0)
+    a = op_arrays.recognise("op", "dy", view, 0)
     assert a.strides == (16, 1) and a.order is None and a.ordinal == 0
-    assert op_arrays._wide_pitch(a, 1) == 16 and a.nbytes == (3 * 16 + 10) * 4
+    assert op_arrays.wide_pitch(a, 1) == 16 and a.nbytes == (3 * 16 + 10) * 4
     # x[:, ::2]: the strided path's
-    stepped = op_arrays._recognise("op", "out[0]", Strided((4, 10), (32, 2)), 0)
-    assert stepped.strides == (32, 2) and stepped.order is None and op_arrays._wide_pitch(stepped, 1) is None
-    cl = op_arrays._recognise("op", "x", Strided((2, 3, 4, 5), (60, 1, 15, 3)), 0)  # channels_last
+    stepped = op_arrays.recognise("op", "out[0]", Strided((4, 10), (32, 2)), 0)
+    assert stepped.strides == (32, 2) and stepped.order is None and op_arrays.wide_pitch(stepped, 1) is None
+    cl = op_arrays.recognise("op", "x", Strided((2, 3, 4, 5), (60, 1, 15, 3)), 0)  # channels_last
     assert cl.order == (0, 2, 3, 1)

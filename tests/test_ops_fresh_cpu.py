@@ -63,7 +63,7 @@ def emulated_c_path(monkeypatch, device, tensor, current_stream):
         pytest.skip(launch.compiled_launch_available())
     monkeypatch.setattr(plan, "VARIANTS", [plan.SEED])
     device.closed = False
-    monkeypatch.setattr(ops, "_device_for", lambda op, arrays: device)
+    monkeypatch.setattr(ops, "device_for", lambda op, arrays: device)
     monkeypatch.setattr(op_arrays.TORCH, "array_class", tensor)
     old = launch.use_compiled_launch(True)
     lane = launch.compiled_ops()
@@ -91,7 +91,7 @@ def fresh_c(monkeypatch, fresh_plans):
 
 
 def _python_paths_fail(monkeypatch):
-    for name in ("_recognise",):
+    for name in ("recognise",):
         monkeypatch.setattr(
             ops, name, lambda *a, name=name: pytest.fail(f"the Python path ({name}) was taken")
         )
@@ -121,9 +121,9 @@ def test_the_c_path_leaves_other_streams_and_empty_pieces_to_python(fresh_c, mon
     runtime.channel_cat_backward(dy, [2, 4], 1)
     runtime.channel_cat_backward(dy, [2, 4], 1, stream=7)  # seen on stream 7 too
     taken = []
-    real = ops._recognise
+    real = ops.recognise
     monkeypatch.setattr(
-        ops, "_recognise", lambda *a, **k: (taken.append(a[3]) if a[1] == "dy" else None) or real(*a, **k)
+        ops, "recognise", lambda *a, **k: (taken.append(a[3]) if a[1] == "dy" else None) or real(*a, **k)
     )
     fresh_c.current = 7
     runtime.channel_cat_backward(dy, [2, 4], 1)  # the op's stream 0, torch's current 7

@@ -33,11 +33,11 @@ def _whole_way_raises(monkeypatch):
     def refuse(*a, **k):
         raise _WholeWay(a[1])
 
-    monkeypatch.setattr(ops, "_recognise", refuse)
+    monkeypatch.setattr(ops, "recognise", refuse)
 
 
 def _whole_way_fails(monkeypatch):
-    monkeypatch.setattr(ops, "_recognise", lambda *a, **k: pytest.fail("the call went the whole way"))
+    monkeypatch.setattr(ops, "recognise", lambda *a, **k: pytest.fail("the call went the whole way"))
 
 
 @pytest.mark.parametrize("kind", ["device_array", "tensor"])
@@ -77,8 +77,8 @@ def test_what_a_known_call_does_not_plainly_pass_goes_the_whole_way(no_lane, mon
     out = [_device_array(no_lane, (4, s), "f32") for s in (3, 7)]
     runtime.channel_cat_backward(dy, [3, 7], 1, out=out)
     taken = []
-    real = ops._recognise
-    monkeypatch.setattr(ops, "_recognise", lambda *a, **k: taken.append(a[1]) or real(*a, **k))
+    real = ops.recognise
+    monkeypatch.setattr(ops, "recognise", lambda *a, **k: taken.append(a[1]) or real(*a, **k))
 
     over = _device_array(no_lane, (4, 3), "f32")
     over.address = over._ptr = dy.address  # out[0] over dy's bytes
@@ -102,13 +102,13 @@ def test_what_a_known_call_does_not_plainly_pass_goes_the_whole_way(no_lane, mon
     other = EmulatedDevice()
     other.ordinal, other.used = 1, 1 << 16  # its own addresses, past this device's
     elsewhere = _device_array(other, (4, 7), "f32")
-    monkeypatch.setattr(ops, "_device_for", op_arrays._device_for)  # the real check, not the fixture's
+    monkeypatch.setattr(ops, "device_for", op_arrays.device_for)  # the real check, not the fixture's
     with pytest.raises(ValueError, match="the arrays live on different devices"):
         runtime.channel_cat_backward(dy, [3, 7], 1, out=[out[0], elsewhere])
 
 
 def test_kinds_mixed_on_one_device_are_known_too(no_lane, monkeypatch):
-    """A DeviceArray beside torch tensors on its device: one device, as _device_for finds."""
+    """A DeviceArray beside torch tensors on its device: one device, as device_for finds."""
     data = np.arange(40, dtype=np.float32).reshape(4, 10)
     dy = _device_array(no_lane, (4, 10), "f32", data)
     out = [_FakeTensor(no_lane, (4, s), "f32") for s in (3, 7)]
@@ -143,7 +143,7 @@ def test_calls_the_known_step_leaves_go_the_whole_way(no_lane, monkeypatch):
         with pytest.raises(_WholeWay):
             runtime.channel_cat_backward(dy, sizes, dim, out=out)
     ddy = _device_array(no_lane, (4, 10), "f32")
-    monkeypatch.setattr(ops, "_recognise", op_arrays._recognise)
+    monkeypatch.setattr(ops, "recognise", op_arrays.recognise)
     empty = [_device_array(no_lane, (4, 0), "f32"), _device_array(no_lane, (4, 10), "f32")]
     runtime.channel_cat_backward(ddy, [0, 10], 1, out=empty)
     _whole_way_raises(monkeypatch)

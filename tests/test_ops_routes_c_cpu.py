@@ -103,7 +103,7 @@ def routes_c(monkeypatch, fresh_plans):
 
 
 def _only_c(monkeypatch):
-    monkeypatch.setattr(ops, "_recognise", lambda *a, **k: pytest.fail("the Python path was taken"))
+    monkeypatch.setattr(ops, "recognise", lambda *a, **k: pytest.fail("the Python path was taken"))
 
 
 def _stepped(device, rows, cols, dtype="f32", start=0):
@@ -169,8 +169,8 @@ def test_what_c_does_not_take_it_leaves_to_python_having_done_nothing(routes_c, 
         runtime.channel_cat_backward(dy, [2, 4], 1, out=[frozen, outs[1]])
     assert len(routes_c.launches) == launched
     seen = []
-    real = ops._recognise
-    monkeypatch.setattr(ops, "_recognise", lambda *a, **k: seen.append(a[1]) or real(*a, **k))
+    real = ops.recognise
+    monkeypatch.setattr(ops, "recognise", lambda *a, **k: seen.append(a[1]) or real(*a, **k))
     runtime.channel_cat_backward(dy, [2, 4], 1, out=outs)  # taken by C: nothing read by Python
     assert seen == []
     runtime.channel_cat_backward(dy, [3, 3], 1, out=[_stepped(routes_c, 5, 3), _stepped(routes_c, 5, 3)])
@@ -182,8 +182,8 @@ def test_a_route_forgotten_or_its_device_closed_is_left_to_python(routes_c, monk
     out = [_stepped(routes_c, 3, 2, start=1), _stepped(routes_c, 3, 2, start=1)]
     runtime.channel_cat_backward(dy, [2, 2], 1, out=out)
     seen = []
-    real = ops._recognise
-    monkeypatch.setattr(ops, "_recognise", lambda *a, **k: seen.append(a[1]) or real(*a, **k))
+    real = ops.recognise
+    monkeypatch.setattr(ops, "recognise", lambda *a, **k: seen.append(a[1]) or real(*a, **k))
     routes_c.closed = True  # the launch registered for it is not run
     runtime.channel_cat_backward(dy, [2, 2], 1, out=out)
     assert seen == ["dy", "out[0]", "out[1]"]

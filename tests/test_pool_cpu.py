@@ -9,6 +9,7 @@ GPU suite (tests/test_gpu_alloc.py) runs the same paths on the device.
 
 from __future__ import annotations
 
+import copy
 import enum
 import sys
 import threading
@@ -16,6 +17,7 @@ import time
 import types
 
 import pytest
+from launch_util import errors_in_threads
 
 import ptxgen
 from runtime import _driver, memory, outputs, pool, stream
@@ -275,19 +277,73 @@ def test_threads_closing_one_array_of_a_group_leave_the_others_memory(drv):
         drv.calls.clear()
         start = threading.Barrier(8)
 
-        def close_first(first=first, start=start):
+        def close_first(i, first=first, start=start):
             start.wait()
             first.close()
 
-        threads = [threading.Thread(target=close_first) for _ in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        assert errors_in_threads(close_first, 8) == []
         assert not [c for c in drv.calls if c[0] == "free"], "freed while an array still held it"
         assert second.ptr == base + 256
         second.close()
         assert [c for c in drv.calls if c[0] == "free"] == [("free", base, 0, "relaxed")]
+
+
+def test_threads_closing_every_array_of_a_group_at_once_free_it_once(drv):
+    """Threads closing the arrays of one group, two threads an array, all at once: the
+    allocation goes back once, after the last of them, and no thread raises."""
+    dev = FakeDevice()
+    for _ in range(20):
+        group = memory.empty_group(dev, [(64,), (32,), (16,), (8,)], "u8")
+        base = group[0].address
+        drv.calls.clear()
+        start = threading.Barrier(8)
+
+        def close_one(i, group=group, start=start):
+            start.wait()
+            group[i % 4].close()
+
+        assert errors_in_threads(close_one, 8) == []
+        assert [c for c in drv.calls if c[0] == "free"] == [("free", base, 0, "relaxed")]
+        assert all(a.closed for a in group)
+
+
+class _ClosesFirstTracked(FakeContext):
+    """A context whose ``track`` closes the first array it is given, as a Device.close()
+    on another thread would while an op's results are still being made."""
+
+    def __init__(self):
+        self.tracked = []
+
+    def track(self, resource):
+        self.tracked.append(resource)
+        if len(self.tracked) == 1:
+            resource.close()
+
+
+def test_a_group_closed_while_it_is_made_keeps_the_memory_of_the_rest(drv):
+    """Closing the first array of a group before the others exist leaves the allocation
+    to them: no free until the last is closed, and no open array into freed memory."""
+    dev = FakeDevice()
+    dev.context = _ClosesFirstTracked()
+    drv.calls.clear()
+    first, second = memory.empty_group(dev, [(64,), (64,)], "u8")
+    assert first.closed and not [c for c in drv.calls if c[0] == "free"]
+    base = second.address - 256  # the group's allocation: the first array's share, then this one
+    second.close()
+    assert [c for c in drv.calls if c[0] == "free"] == [("free", base, 0, "relaxed")]
+    lone = FakeDevice()
+    lone.context = _ClosesFirstTracked()
+    array = memory.DeviceArray(lone, (64,), "u8")  # closed as it was made: freed once
+    assert array.closed and len([c for c in drv.calls if c[0] == "free"]) == 2
+
+
+@pytest.mark.parametrize("how", [copy.copy, copy.deepcopy])
+def test_a_device_array_refuses_to_be_copied(drv, how):
+    """A copy would be a second owner of the memory that never learns it was freed."""
+    array = memory.empty_group(FakeDevice(), [(64,), (64,)], "u8")[0]
+    with pytest.raises(TypeError, match="owns its device memory"):
+        how(array)
+    assert not array.closed
 
 
 class _ClosesOnRead(memory.DeviceArray):

@@ -10,6 +10,7 @@ and inside the arrays' buffers.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,26 +78,32 @@ def random_layout(rng, shape, *, writes: bool) -> tuple[int, ...]:
 
 
 def run_strided_step(step, arrays: dict[int, StridedBuffer]) -> None:
-    """One strided-copy step on ``arrays`` (by ``Ptr.array``), as its contract says."""
+    """One strided-copy step on ``arrays`` (by ``Ptr.array``), as its contract says: each
+    of its pieces' boxes copied, after every footprint is checked."""
     kernel = step.kernel
     args = dict(zip(kernel.arg_names, step.args))
     scalars = {name: v for name, v in args.items() if not isinstance(v, Ptr)}
-    extents = kernel.extents(scalars)  # refuses what the kernel cannot copy
     footprints = {f.arg: f for f in kernel.footprints(step.grid, step.block, scalars)}
-    assert step.grid == kernel.grid(scalars["count"]) and step.block == kernel.block
-    coords = np.indices(extents, dtype=np.int64).reshape(len(extents), -1)
-    isz = kernel.width
-    positions = {}
-    for side in ("src", "dst"):
-        offsets = scalars[f"{side}_origin"] + sum(
-            coords[k] * scalars[f"{side}_stride{k}"] for k in range(kernel.rank)
-        )
-        assert offsets.min() >= 0 and offsets.max() < footprints[side].elements, "outside its footprint"
-        ptr = args[side]
-        array = arrays[ptr.array]
-        at = array.base + ptr.byte_offset + offsets * isz
-        assert at.min() >= 0 and at.max() + isz <= array.buffer.size, "outside the array's buffer"
-        positions[side] = at
-    src, dst = arrays[args["src"].array].buffer, arrays[args["dst"].array].buffer
-    lanes = np.arange(isz)
-    dst[positions["dst"][:, None] + lanes] = src[positions["src"][:, None] + lanes]
+    counts = [scalars[kernel.arg_name("count", i)] for i in range(kernel.pieces)]
+    assert step.grid == kernel.grid(*counts) and step.block == kernel.block
+    for i in range(kernel.pieces):
+        name = functools.partial(kernel.arg_name, piece=i)
+        extents = kernel.extents(scalars, i)  # refuses what the kernel cannot copy
+        coords = np.indices(extents, dtype=np.int64).reshape(len(extents), -1)
+        isz = kernel.width
+        positions = {}
+        for side in ("src", "dst"):
+            offsets = scalars[name(f"{side}_origin")] + sum(
+                coords[k] * scalars[name(f"{side}_stride{k}")] for k in range(kernel.rank)
+            )
+            assert offsets.min() >= 0 and offsets.max() < footprints[name(side)].elements, (
+                "outside its footprint"
+            )
+            ptr = args[name(side)]
+            array = arrays[ptr.array]
+            at = array.base + ptr.byte_offset + offsets * isz
+            assert at.min() >= 0 and at.max() + isz <= array.buffer.size, "outside the array's buffer"
+            positions[side] = at
+        src, dst = arrays[args[name("src")].array].buffer, arrays[args[name("dst")].array].buffer
+        lanes = np.arange(isz)
+        dst[positions["dst"][:, None] + lanes] = src[positions["src"][:, None] + lanes]

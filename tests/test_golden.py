@@ -105,6 +105,8 @@ FASTCAT_CASES = [
     ),
     # the strided copy: 2-byte elements over 3 dims, and 16-byte ones with 64-bit strides
     (ptxgen.kernels.StridedCopy, dict(width=2, rank=3, target="sm_90")),
+    # ... and three pieces in one launch, a grid row each
+    (ptxgen.kernels.StridedCopy, dict(width=4, rank=2, pieces=3, target="sm_90")),
     (ptxgen.kernels.StridedCopy, dict(width=16, rank=2, wide_strides=True, target="sm_80")),
     (  # programmatic dependent launch: the prologue every dependent fast kernel has
         ptxgen.kernels.FastcatRect,

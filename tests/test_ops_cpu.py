@@ -393,13 +393,14 @@ class EmulatedDevice:
 
             def launch(self, grid, block, args, *, stream=None, shared_mem=0):
                 device.launches.append((kernel.id, grid, args, stream))
-                if kernel.name == "strided_copy":  # the contract, with each side's bytes to its end
-                    src, dst = args[0], args[1]
+                if kernel.name == "strided_copy":  # the contract, with each pointer's bytes to its end
+                    at = [i for i, t in enumerate(kernel.arg_types) if t.is_pointer]
                     arrays = {
-                        i: StridedBuffer(device.rest_of_allocation(p), 0, (), (), kernel.width)
-                        for i, p in enumerate((src, dst))
+                        i: StridedBuffer(device.rest_of_allocation(args[i]), 0, (), (), kernel.width)
+                        for i in at
                     }
-                    run_strided_step(Step(kernel, grid, block, (Ptr(0), Ptr(1), *args[2:])), arrays)
+                    given = tuple(Ptr(i) if i in arrays else a for i, a in enumerate(args))
+                    run_strided_step(Step(kernel, grid, block, given), arrays)
                     return
                 isz = ptxgen.resolve_dtype(kernel.dtype).itemsize
                 src, dst = args[0], args[1]

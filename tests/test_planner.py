@@ -232,7 +232,7 @@ OPTIONS = {
     },
     "rowpack": {"direction", "staged", "outputs", "dependent_launch"},
     "vec": {"direction", "width", "chunks", "dependent_launch"},
-    "strided": {"width", "rank", "wide_strides"},
+    "strided": {"width", "rank", "wide_strides", "pieces"},
 }
 TUNED = {
     "channel_cat": {"dtype", "block_size", "target"},
@@ -260,6 +260,7 @@ def _options(kernel) -> Iterator[tuple[str, str, object]]:
         return
     if family == "strided":
         yield from ((family, o, getattr(kernel, o)) for o in ("width", "rank", "wide_strides"))
+        yield family, "pieces", "one" if kernel.pieces == 1 else "several"
         return
     yield family, "direction", kernel.direction
     yield family, "dependent_launch", kernel.dependent_launch
@@ -315,7 +316,8 @@ def _universe() -> set[tuple[str, str, object]]:
     for width in strided.WIDTHS:
         for rank in range(1, strided.MAX_RANK + 1):
             for wide in (False, True):
-                add(StridedCopy, width=width, rank=rank, wide_strides=wide)
+                for pieces in (1, 2):
+                    add(StridedCopy, width=width, rank=rank, wide_strides=wide, pieces=pieces)
     for inline in (True, False):
         found.update(_options(ptxgen.ChannelCatBackward("f32", 128, inline=inline)))
         found.update(_options(ptxgen.ChannelCatForward("f32", 128, inline=inline)))

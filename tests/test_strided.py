@@ -4,8 +4,10 @@ the planner's strided plans run as the contract says on arrays of random strides
 
 from __future__ import annotations
 
+import functools
 import math
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +21,7 @@ from ptxgen.kernels import StridedCopy
 from ptxgen.kernels.fastcat import GpuTraits
 from ptxgen.kernels.plan import H200, WIDE
 from ptxgen.kernels.plan_strided import StridedProblem, make_strided_plan, merged_dims
-from ptxgen.kernels.strided import COUNT_MAX, MAX_RANK, UNROLL, WIDTHS
+from ptxgen.kernels.strided import COUNT_MAX, MAX_ARGS, MAX_PIECES, MAX_RANK, UNROLL, WIDTHS, args_per_piece
 
 # --- the divisor ----------------------------------------------------------------------
 
@@ -53,6 +55,12 @@ def test_every_strided_kernel_assembles_without_spills():
         for wide in (False, True)
         for t in ("sm_75", "sm_90")
     ]
+    kernels += [  # every piece count at every rank, each piece's section its own registers
+        StridedCopy(width=w, rank=r, pieces=p)
+        for w in (1, 16)
+        for r in range(1, MAX_RANK + 1)
+        for p in range(2, min(MAX_PIECES, MAX_ARGS // args_per_piece(r)) + 1)
+    ]
     results = toolchain.assemble_many([(k.source, k.target) for k in kernels])
     for kernel, result in zip(kernels, results):
         assert not isinstance(result, Exception), (kernel.id, result)
@@ -62,50 +70,71 @@ def test_every_strided_kernel_assembles_without_spills():
 
 @pytest.mark.parametrize(
     "options",
-    [dict(width=1, rank=1), dict(width=4, rank=3, target="sm_75"), dict(width=16, rank=2, wide_strides=True)],
+    [
+        dict(width=1, rank=1),
+        dict(width=4, rank=3, target="sm_75"),
+        dict(width=16, rank=2, wide_strides=True),
+        dict(width=2, rank=2, pieces=5),
+    ],
     ids=str,
 )
 def test_the_kernel_declares_its_arguments_once(options):
     k = StridedCopy(**options)
-    assert k.arg_names[:5] == ("src", "dst", "count", "src_origin", "dst_origin")
-    assert len(k.arg_names) == 5 + 3 * (k.rank - 1) + 2 * k.rank == len(k.arg_types)
+    first = ("src", "dst", "count", "src_origin", "dst_origin")
+    for i in range(k.pieces):
+        at = i * args_per_piece(k.rank)
+        assert k.arg_names[at : at + 5] == tuple(k.arg_name(name, i) for name in first)
+    assert len(k.arg_names) == k.pieces * (5 + 3 * (k.rank - 1) + 2 * k.rank) == len(k.arg_types)
+    assert len(k.arg_names) <= MAX_ARGS
     assert f".reqntid {k.block_size}, 1, 1" in k.source and k.entry_point_name == "strided_copy_entry_point"
     assert StridedCopy(**options) is k  # memoised
 
 
-def _launch_in_interpreter(kernel, dims, src_strides, dst_strides, rng, count=None):
-    """Launch ``kernel`` directly over the box ``dims`` (extents) in the interpreter, each
-    side allocated exactly what its footprint says, and compare with numpy."""
+def _launch_in_interpreter(kernel, boxes, rng, count=None):
+    """Launch ``kernel`` directly over ``boxes`` (a ``(extents, src_strides, dst_strides)``
+    a piece) in the interpreter, each side of each piece allocated exactly what its
+    footprint says, and compare every piece with numpy."""
     isz = kernel.width
-    extents = list(dims)
-    scalars = {"count": math.prod(extents) if count is None else count}
-    origins = {}
-    for side, strides in (("src", src_strides), ("dst", dst_strides)):
-        origins[side] = -sum(min(0, (e - 1) * s) for e, s in zip(extents, strides))
-        scalars[f"{side}_origin"] = origins[side]
-    for k, extent in enumerate(extents):
-        if k:
-            magic, shift = runtime_divisor(extent)
-            scalars.update({f"extent{k}": extent, f"magic{k}": magic, f"shift{k}": shift})
-        scalars.update({f"src_stride{k}": src_strides[k], f"dst_stride{k}": dst_strides[k]})
-    grid = kernel.grid(scalars["count"])
-    fsrc, fdst = kernel.footprints(grid, kernel.block, scalars)
+    scalars, origins = {}, []
+    for i, (extents, src_strides, dst_strides) in enumerate(boxes):
+        name = functools.partial(kernel.arg_name, piece=i)
+        scalars[name("count")] = math.prod(extents) if count is None else count
+        origin = {}
+        for side, strides in (("src", src_strides), ("dst", dst_strides)):
+            origin[side] = scalars[name(f"{side}_origin")] = -sum(
+                min(0, (e - 1) * s) for e, s in zip(extents, strides)
+            )
+        origins.append(origin)
+        for k, extent in enumerate(extents):
+            if k:
+                magic, shift = runtime_divisor(extent)
+                scalars.update(
+                    {name(f"extent{k}"): extent, name(f"magic{k}"): magic, name(f"shift{k}"): shift}
+                )
+            scalars.update({name(f"src_stride{k}"): src_strides[k], name(f"dst_stride{k}"): dst_strides[k]})
+    grid = kernel.grid(*(scalars[kernel.arg_name("count", i)] for i in range(len(boxes))))
+    footprints = kernel.footprints(grid, kernel.block, scalars)
     mem = RecordingMemory()
-    src = mem.alloc(fsrc.nbytes, misalign=isz % 16)
-    dst = mem.alloc(fdst.nbytes)
-    data = rng.integers(0, 256, fsrc.nbytes, dtype=np.uint8)
-    mem.write(src, data.tobytes())
-    mem.write(dst, bytes([POISON]) * fdst.nbytes)
+    pointers, data = {}, []
+    for i in range(len(boxes)):
+        fsrc, fdst = footprints[2 * i : 2 * i + 2]
+        pointers[fsrc.arg] = mem.alloc(fsrc.nbytes, misalign=isz % 16)
+        pointers[fdst.arg] = mem.alloc(fdst.nbytes)
+        data.append(rng.integers(0, 256, fsrc.nbytes, dtype=np.uint8))
+        mem.write(pointers[fsrc.arg], data[-1].tobytes())
+        mem.write(pointers[fdst.arg], bytes([POISON]) * fdst.nbytes)
     mem.clear()
-    run_kernel(kernel, grid, {"src": src, "dst": dst, **scalars}, mem)
-    check_footprints(mem, (fsrc, fdst), {"src": src, "dst": dst})
-    want = np.full(fdst.nbytes, POISON, np.uint8)
-    for c in np.ndindex(*extents):
-        s = origins["src"] + sum(a * b for a, b in zip(c, src_strides))
-        d = origins["dst"] + sum(a * b for a, b in zip(c, dst_strides))
-        want[d * isz : (d + 1) * isz] = data[s * isz : (s + 1) * isz]
-    got = np.frombuffer(mem.read(dst, fdst.nbytes), np.uint8)
-    assert np.array_equal(got, want)
+    run_kernel(kernel, grid, {**pointers, **scalars}, mem)
+    check_footprints(mem, footprints, pointers)
+    for i, (extents, src_strides, dst_strides) in enumerate(boxes):
+        fdst = footprints[2 * i + 1]
+        want = np.full(fdst.nbytes, POISON, np.uint8)
+        for c in np.ndindex(*extents):
+            s = origins[i]["src"] + sum(a * b for a, b in zip(c, src_strides))
+            d = origins[i]["dst"] + sum(a * b for a, b in zip(c, dst_strides))
+            want[d * isz : (d + 1) * isz] = data[i][s * isz : (s + 1) * isz]
+        got = np.frombuffer(mem.read(pointers[fdst.arg], fdst.nbytes), np.uint8)
+        assert np.array_equal(got, want), f"piece {i}"
 
 
 @pytest.mark.parametrize(
@@ -122,7 +151,25 @@ def _launch_in_interpreter(kernel, dims, src_strides, dst_strides, rng, count=No
 )
 def test_the_kernel_copies_its_box_and_touches_nothing_else(width, dims, src_strides, dst_strides, wide):
     kernel = StridedCopy(width=width, rank=len(dims), wide_strides=wide, block=64)
-    _launch_in_interpreter(kernel, dims, src_strides, dst_strides, np.random.default_rng(3))
+    _launch_in_interpreter(kernel, [(dims, src_strides, dst_strides)], np.random.default_rng(3))
+
+
+@pytest.mark.parametrize(
+    "width, boxes",
+    [
+        # a stepped concat's three pieces: rows of 3, 5 and 24 into every other column of 64
+        (2, [((6, 3), (3, 1), (64, 2)), ((6, 5), (5, 1), (64, 2)), ((6, 24), (24, 1), (64, 2))]),
+        # pieces of one element, of several CTAs, and a reversed one, 64-bit strides
+        (8, [((1, 1), (1, 1), (1, 1)), ((2, 300), (300, 1), (1, 2)), ((4, 7), (-7, -1), (7, 1))]),
+        # the most pieces of rank 1 a launch holds
+        (1, [((n,), (1,), (2,)) for n in (1, 2, 65, 3, 64, 5, 129, 7)]),
+    ],
+)
+def test_one_launch_copies_each_of_its_pieces_and_touches_nothing_else(width, boxes):
+    """Grid row i copies piece i's box: the CTAs past a shorter piece's end do nothing."""
+    kernel = StridedCopy(width=width, rank=len(boxes[0][0]), pieces=len(boxes), block=64,
+                         wide_strides=width == 8)  # fmt: skip
+    _launch_in_interpreter(kernel, boxes, np.random.default_rng(4))
 
 
 def _scalars(kernel, extents, **changes):
@@ -272,6 +319,34 @@ def test_more_dims_than_a_kernel_holds_go_one_outer_index_a_launch():
     assert {s.kernel.rank for s in plan.steps} == {MAX_RANK} and len(plan.steps) == 2 + 2 * 2
 
 
+def test_the_pieces_left_whole_share_launches_as_many_as_their_arguments_allow():
+    rng = np.random.default_rng(9)
+    # a concat into every other column (x[:, ::2] as out=): three pieces, one launch
+    problem = StridedProblem("forward", 2, (64, 32), 1, (3, 5, 24), (64, 2), ((3, 1), (5, 1), (24, 1)))
+    (step,) = _run_plan(problem, H200, rng).steps
+    assert (step.kernel.pieces, step.kernel.rank, step.grid) == (3, 2, (2, 3, 1))
+    # a piece of one column merges to one dim, the others two: padded to two in the launch
+    problem = StridedProblem("backward", 4, (9, 7), 1, (1, 6), (7, 1), ((1, 1), (6, 1)))
+    (step,) = _run_plan(problem, H200, rng).steps
+    assert (step.kernel.pieces, step.kernel.rank) == (2, 2)
+    # twelve pieces of rank 2 (12 arguments each): five a launch, the 64 arguments' limit
+    sizes = (1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3)
+    problem = StridedProblem("forward", 1, (5, 24), 1, sizes, (48, 2), tuple((s, 1) for s in sizes))
+    plan = _run_plan(problem, H200, rng)
+    assert [s.kernel.pieces for s in plan.steps] == [5, 5, 2]
+    assert all(len(s.args) <= MAX_ARGS for s in plan.steps)
+    # twelve pieces of rank 1 (7 arguments): eight a launch, the most a grid's rows take
+    problem = StridedProblem("forward", 1, (24,), 0, sizes, (2,), tuple((1,) for _ in sizes))
+    assert [s.kernel.pieces for s in _run_plan(problem, H200, rng).steps] == [8, 4]
+
+
+def test_a_launch_takes_no_more_arguments_than_the_compiled_launcher_packs():
+    source = (Path(__file__).parents[1] / "runtime" / "_fastlaunch.c").read_text()
+    assert f"#define MAX_PARAMS {MAX_ARGS}\n" in source
+    with pytest.raises(ValueError, match=r"pieces \(of rank 6: 32 arguments each\) = 3 is not accepted"):
+        StridedCopy(width=4, rank=6, pieces=3)
+
+
 def _row_major(shape, axis_extent):
     shape = (*shape[:-1], axis_extent)
     return tuple(int(np.prod(shape[d + 1 :])) for d in range(len(shape)))
@@ -305,20 +380,32 @@ def test_a_strided_problem_says_what_is_wrong(problem, message):
 
 
 def test_an_interpreted_plan_matches_the_contract():
-    """One planned step of each width through the interpreter itself (the plans above run
-    on the contract), so the plan's arguments and the PTX agree."""
+    """Each planned step of each width through the interpreter itself (the plans above run
+    on the contract), so the plan's arguments and the PTX agree: a split of two pieces is
+    one launch of a kernel of two pieces."""
     rng = np.random.default_rng(8)
     for isz in WIDTHS:
         problem = StridedProblem("backward", isz, (5, 6), 1, (2, 4), (1, 5), ((2, 1), (4, 1)))
-        for step in make_strided_plan(problem, H200).steps:
-            names = dict(zip(step.kernel.arg_names, step.args))
-            rank = step.kernel.rank
-            dims = [names["count"] // math.prod(names.get(f"extent{k}", 1) for k in range(1, rank))]
-            dims += [names[f"extent{k}"] for k in range(1, rank)]
-            src = [names[f"src_stride{k}"] for k in range(rank)]
-            dst = [names[f"dst_stride{k}"] for k in range(rank)]
-            small = StridedCopy(width=isz, rank=rank, block=64)
-            _launch_in_interpreter(small, dims, src, dst, rng)
+        (step,) = make_strided_plan(problem, H200).steps
+        kernel = step.kernel
+        assert kernel.pieces == 2
+        names = dict(zip(kernel.arg_names, step.args))
+        boxes = []
+        for i in range(kernel.pieces):
+            name = functools.partial(kernel.arg_name, piece=i)
+            inner = [names[name(f"extent{k}")] for k in range(1, kernel.rank)]
+            dims = [names[name("count")] // math.prod(inner), *inner]
+            boxes.append(
+                (
+                    dims,
+                    *(
+                        [names[name(f"{side}_stride{k}")] for k in range(kernel.rank)]
+                        for side in ("src", "dst")
+                    ),
+                )
+            )
+        small = StridedCopy(width=isz, rank=kernel.rank, pieces=kernel.pieces, block=64)
+        _launch_in_interpreter(small, boxes, rng)
     with pytest.raises(OutOfBounds):  # the exact allocations do catch a stray access
         mem = RecordingMemory()
         mem.read(mem.alloc(4) + 4, 1)

@@ -3,7 +3,7 @@
 The fused kernels take arrays whose pieces are rows of byte ranges in memory: row-major,
 dense in another order (channels_last), or the wide array pitched. Anything else (a
 transposed or expanded input, a view with a step, an ``out=`` of any strides) is planned
-here, one :class:`~ptxgen.kernels.strided.StridedCopy` per piece:
+here, each piece a box for :class:`~ptxgen.kernels.strided.StridedCopy`:
 
 1. The piece's box: the wide array's shape with the piece's extent along the axis, its
    wide-side pointer moved to the piece's first element.
@@ -16,6 +16,9 @@ here, one :class:`~ptxgen.kernels.strided.StridedCopy` per piece:
 4. What one launch cannot take is cut: more than ``MAX_RANK`` dims, one outer index a
    launch; more than ``COUNT_MAX`` elements (indices are 32-bit), a range of outer rows a
    launch. Strides past 32 bits take the kernel's 64-bit form.
+5. The pieces left whole (one box each, nearly always all of them) share launches, a
+   grid row a piece (:func:`fused_boxes`): a split or concat of 2-8 small pieces is one
+   launch, as torch's copy is, not one a piece.
 
 Like :mod:`ptxgen.kernels.plan`, standard library only; the plan is a :class:`Plan` of
 :class:`Step`\\ s whose pointers are :class:`Ptr`\\ s: ``WIDE`` for ``dy`` of a split or ``y``
@@ -31,9 +34,9 @@ from dataclasses import dataclass
 from ..arith import runtime_divisor
 from .fastcat import GpuTraits
 from .plan import MAX_STEPS, OPS, WIDE, Plan, Ptr, Step
-from .strided import COUNT_MAX, MAX_RANK, UNROLL, WIDTHS, StridedCopy
+from .strided import COUNT_MAX, MAX_ARGS, MAX_PIECES, MAX_RANK, UNROLL, WIDTHS, StridedCopy, args_per_piece
 
-__all__ = ["Dim", "StridedProblem", "copy_steps", "make_strided_plan", "merged_dims"]
+__all__ = ["Box", "Dim", "StridedProblem", "copy_boxes", "fused_boxes", "make_strided_plan", "merged_dims"]
 
 Dim = tuple[int, int, int]  # (extent, source stride, destination stride), strides in elements
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
@@ -79,8 +82,9 @@ class StridedProblem:
 
 
 def make_strided_plan(problem: StridedProblem, traits: GpuTraits) -> Plan:
-    """The launches of ``problem``: each non-empty piece copied by the strided family."""
-    steps: list[Step] = []
+    """The launches of ``problem``: each non-empty piece copied by the strided family,
+    the pieces one launch takes (:func:`fused_boxes`) copied by one."""
+    boxes: list[list[Box]] = []  # each piece's launches
     chosen: list[str] = []
     first = 0  # the piece's first index along the axis
     step = problem.wide_strides[problem.axis] * problem.itemsize
@@ -90,16 +94,36 @@ def make_strided_plan(problem: StridedProblem, traits: GpuTraits) -> Plan:
             ends = (wide, piece, problem.wide_strides, problem.piece_strides[i])
         else:
             ends = (piece, wide, problem.piece_strides[i], problem.wide_strides)
-        found = copy_steps(*ends, problem.piece_shape(i), problem.itemsize, traits)
-        steps += found
+        found = copy_boxes(*ends, problem.piece_shape(i), problem.itemsize, traits)
+        boxes.append(found)
         chosen.append("strided" if found else "")
-        if len(steps) > MAX_STEPS:
+        if sum(map(len, boxes)) > MAX_STEPS:
             raise ValueError(
                 f"channel_cat_{problem.op}: shape {problem.shape} would need more than {MAX_STEPS} "
                 "launches of the strided copy; refused (no array that fits in a GPU's memory needs that many)"
             )
         first += size
+    steps = [_launch(group, problem.itemsize, traits) for group in fused_boxes(boxes)]
     return Plan(problem, tuple(steps), tuple(chosen))  # type: ignore[arg-type]
+
+
+def fused_boxes(boxes: Sequence[Sequence[Box]]) -> list[list[Box]]:
+    """Each piece's boxes (``boxes[i]``: piece ``i``'s) grouped into the plan's launches.
+    The pieces copied by one box each share launches, in order, as many a launch as its
+    arguments allow (:data:`~ptxgen.kernels.strided.MAX_ARGS`: fewer as the launch's
+    rank grows), a box of fewer dims than the launch's padded to its rank; a piece cut
+    into several boxes keeps a launch a box."""
+    launches: list[list[Box]] = []
+    group: list[Box] = []
+    for box in (piece[0] for piece in boxes if len(piece) == 1):
+        rank = max(box.rank, *(b.rank for b in group)) if group else box.rank
+        if group and (len(group) == MAX_PIECES or (len(group) + 1) * args_per_piece(rank) > MAX_ARGS):
+            launches.append(group)
+            group = []
+        group.append(box)
+    if group:
+        launches.append(group)
+    return launches + [[box] for piece in boxes if len(piece) > 1 for box in piece]
 
 
 def merged_dims(shape: Sequence[int], src_strides: Sequence[int], dst_strides: Sequence[int]) -> list[Dim]:
@@ -122,7 +146,26 @@ def merged_dims(shape: Sequence[int], src_strides: Sequence[int], dst_strides: S
     return merged
 
 
-def copy_steps(
+@dataclass(frozen=True)
+class Box:
+    """What one piece's launch copies: ``dims`` (outermost first; none for one element)
+    between ``src`` and ``dst``, each the address of element 0."""
+
+    dims: tuple[Dim, ...]
+    src: Ptr
+    dst: Ptr
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims) or 1
+
+    def padded(self, rank: int) -> tuple[Dim, ...]:
+        """The dims as ``rank`` of them: dims of extent 1 outermost (they move nothing)."""
+        dims = self.dims or ((1, 0, 0),)
+        return ((1, 0, 0),) * (rank - len(dims)) + dims
+
+
+def copy_boxes(
     src: Ptr,
     dst: Ptr,
     src_strides: Sequence[int],
@@ -130,56 +173,65 @@ def copy_steps(
     shape: Sequence[int],
     itemsize: int,
     traits: GpuTraits,
-) -> list[Step]:
-    """The launches that copy the box ``shape`` from ``src`` to ``dst`` (each the address
-    of element 0, strides in elements); none for an empty box."""
+) -> list[Box]:
+    """The boxes, a launch each, that copy the box ``shape`` from ``src`` to ``dst`` (each
+    the address of element 0, strides in elements); none for an empty box."""
     if 0 in shape:
         return []
     dims = merged_dims(shape, src_strides, dst_strides)
     # at most this many elements a launch: 32-bit indices, and the part's grid limit
     limit = min(COUNT_MAX, traits.max_grid_x * StridedCopy(width=itemsize, rank=1).block_size * UNROLL)
-    return list(_cut(dims, src, dst, itemsize, limit, traits))
+    return list(_cut(dims, src, dst, itemsize, limit))
 
 
-def _cut(dims: list[Dim], src: Ptr, dst: Ptr, itemsize: int, limit: int, traits: GpuTraits) -> Iterator[Step]:
+def _cut(dims: list[Dim], src: Ptr, dst: Ptr, itemsize: int, limit: int) -> Iterator[Box]:
     count = math.prod(e for e, _, _ in dims)
     if len(dims) > 1 and (len(dims) > MAX_RANK or math.prod(e for e, _, _ in dims[1:]) > limit):
         # too many dims, or too much inside one outer index: one launch per outer index
         extent, src_step, dst_step = dims[0]
         for c in range(extent):
             yield from _cut(dims[1:], src + c * src_step * itemsize, dst + c * dst_step * itemsize,
-                            itemsize, limit, traits)  # fmt: skip
+                            itemsize, limit)  # fmt: skip
     elif count > limit:  # a range of outer rows a launch
         extent, src_step, dst_step = dims[0]
         rows = limit // math.prod(e for e, _, _ in dims[1:])
         for r in range(0, extent, rows):
             n = min(rows, extent - r)
-            yield _launch([(n, src_step, dst_step), *dims[1:]], src + r * src_step * itemsize,
-                          dst + r * dst_step * itemsize, itemsize, traits)  # fmt: skip
+            yield Box(((n, src_step, dst_step), *dims[1:]), src + r * src_step * itemsize,
+                      dst + r * dst_step * itemsize)  # fmt: skip
     else:
-        yield _launch(dims, src, dst, itemsize, traits)
+        yield Box(tuple(dims), src, dst)
 
 
-def _launch(dims: list[Dim], src: Ptr, dst: Ptr, itemsize: int, traits: GpuTraits) -> Step:
-    """One launch over the box ``dims``: each pointer moved to the lowest element its side
-    touches (a negative stride reaches below element 0), the offset back to element 0
-    passed as the origin."""
-    dims = dims or [(1, 0, 0)]
-    wide = any(not _I32_MIN <= s <= _I32_MAX for _, src_s, dst_s in dims for s in (src_s, dst_s))
-    kernel = StridedCopy(width=itemsize, rank=len(dims), wide_strides=wide, target=traits.target)
-    src_origin = -sum(min(0, (e - 1) * s) for e, s, _ in dims)
-    dst_origin = -sum(min(0, (e - 1) * d) for e, _, d in dims)
-    count = math.prod(e for e, _, _ in dims)
-    scalars: dict[str, int | Ptr] = {
-        "src": src + -src_origin * itemsize,
-        "dst": dst + -dst_origin * itemsize,
-        "count": count,
-        "src_origin": src_origin,
-        "dst_origin": dst_origin,
-    }
-    for k, (extent, src_stride, dst_stride) in enumerate(dims):
-        if k:
-            magic, shift = runtime_divisor(extent)
-            scalars.update({f"extent{k}": extent, f"magic{k}": magic, f"shift{k}": shift})
-        scalars.update({f"src_stride{k}": src_stride, f"dst_stride{k}": dst_stride})
-    return Step(kernel, kernel.grid(count), kernel.block, tuple(scalars[name] for name in kernel.arg_names))
+def _launch(boxes: Sequence[Box], itemsize: int, traits: GpuTraits) -> Step:
+    """One launch over ``boxes``, a grid row each, all at the rank of the one of most
+    dims: each pointer moved to the lowest element its side touches (a negative stride
+    reaches below element 0), the offset back to element 0 passed as the origin."""
+    rank = max(box.rank for box in boxes)
+    wide = any(
+        not _I32_MIN <= s <= _I32_MAX for box in boxes for _, src_s, dst_s in box.dims for s in (src_s, dst_s)
+    )
+    kernel = StridedCopy(
+        width=itemsize, rank=rank, wide_strides=wide, pieces=len(boxes), target=traits.target
+    )
+    scalars: dict[str, int | Ptr] = {}
+    counts = []
+    for i, box in enumerate(boxes):
+        dims = box.padded(rank)
+        src_origin = -sum(min(0, (e - 1) * s) for e, s, _ in dims)
+        dst_origin = -sum(min(0, (e - 1) * d) for e, _, d in dims)
+        counts.append(math.prod(e for e, _, _ in dims))
+        given: dict[str, int | Ptr] = {
+            "src": box.src + -src_origin * itemsize,
+            "dst": box.dst + -dst_origin * itemsize,
+            "count": counts[-1],
+            "src_origin": src_origin,
+            "dst_origin": dst_origin,
+        }
+        for k, (extent, src_stride, dst_stride) in enumerate(dims):
+            if k:
+                magic, shift = runtime_divisor(extent)
+                given.update({f"extent{k}": extent, f"magic{k}": magic, f"shift{k}": shift})
+            given.update({f"src_stride{k}": src_stride, f"dst_stride{k}": dst_stride})
+        scalars.update({kernel.arg_name(name, i): value for name, value in given.items()})
+    return Step(kernel, kernel.grid(*counts), kernel.block, tuple(scalars[name] for name in kernel.arg_names))

@@ -24,10 +24,23 @@ lies from the pointers, which point at the lowest element each side touches.
 
 Strides are 32-bit (``mad.wide.s32``, one multiply-add a dim) unless ``wide_strides``,
 for a stride past 2**31 elements (64-bit multiply-adds).
+
+**Several pieces a launch** (``pieces > 1``). A split or concat copies each piece by its
+own box; launched one at a time, a small op pays a launch and a grid's tail per piece
+(2-4 launches where torch's copy takes one). With ``pieces = P`` the kernel holds P
+boxes of the same rank, each with its own arguments (``piece{i}_src``, ...), and the
+grid has P rows: CTA ``(x, i)`` copies elements ``x * block * UNROLL ...`` of piece
+``i``'s box, and the CTAs past a shorter piece's end do nothing. Each piece's code is
+its own section of the kernel, reached by one branch on ``%ctaid.y``: no piece pays for
+another's arguments. A launch holds at most :data:`MAX_ARGS` arguments, the most the
+runtime's compiled launcher packs (``MAX_PARAMS`` in runtime/_fastlaunch.c), so the
+planner puts ``MAX_ARGS // args_per_piece(rank)`` pieces (at most :data:`MAX_PIECES`)
+in one launch.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Hashable, Mapping
 from typing import Any
@@ -41,7 +54,16 @@ from ..ptxtypes import SPECIAL_REGS, Addr, Reg
 from ..targets import resolve_target
 from .fastcat_common import BYTES_IN, BYTES_OUT, U32, U64, check_block, check_choice, data_regs, ld_type
 
-__all__ = ["COUNT_MAX", "MAX_RANK", "UNROLL", "WIDTHS", "StridedCopy"]
+__all__ = [
+    "COUNT_MAX",
+    "MAX_ARGS",
+    "MAX_PIECES",
+    "MAX_RANK",
+    "UNROLL",
+    "WIDTHS",
+    "StridedCopy",
+    "args_per_piece",
+]
 
 MAX_RANK = 6  # dims after merging; more are launched one outer index at a time
 UNROLL = 4  # elements a thread, their loads all in flight before the first store
@@ -49,7 +71,14 @@ WIDTHS = (1, 2, 4, 8, 16)  # element sizes: the copy moves bits, so one kernel p
 # The most elements one launch copies: every thread's index, up to the grid's last one,
 # stays below 2**31 (block * UNROLL <= 4,096 past count).
 COUNT_MAX = (1 << 31) - 4096
+MAX_PIECES = 8  # boxes one launch copies (its grid's rows)
+MAX_ARGS = 64  # the arguments one launch takes: the runtime's compiled launcher's MAX_PARAMS
 I32, I64 = Scalar("i32"), Scalar("i64")
+
+
+def args_per_piece(rank: int) -> int:
+    """A box's arguments: src, dst, count, two origins, three a dim inside dim 0, two strides a dim."""
+    return 5 + 3 * (rank - 1) + 2 * rank
 
 
 class StridedCopy(KernelBase):
@@ -60,126 +89,183 @@ class StridedCopy(KernelBase):
     from each pointer, in elements), then ``extent{k}, magic{k}, shift{k}`` for each
     inner dim ``k = 1 .. rank-1``, then ``src_stride{k}, dst_stride{k}`` for each dim
     ``k = 0 .. rank-1`` (``i64`` where ``wide_strides``, else ``i32``). Dim 0's extent
-    is ``count`` over the others'.
+    is ``count`` over the others'. With ``pieces > 1``, that list once a piece, each name
+    prefixed ``piece{i}_`` (:meth:`arg_name`).
     """
 
     name = "strided_copy"
 
     @classmethod
     def cache_key(
-        cls, *, width: int, rank: int, wide_strides: bool = False, block: int = 256, target: str = "sm_90"
+        cls,
+        *,
+        width: int,
+        rank: int,
+        wide_strides: bool = False,
+        pieces: int = 1,
+        block: int = 256,
+        target: str = "sm_90",
     ) -> Hashable:
         check_choice(width, "width", WIDTHS)
         check_choice(rank, "rank", tuple(range(1, MAX_RANK + 1)))
         check_choice(wide_strides, "wide_strides", (False, True))
+        most = min(MAX_PIECES, MAX_ARGS // args_per_piece(rank))
+        check_choice(
+            pieces,
+            f"pieces (of rank {rank}: {args_per_piece(rank)} arguments each)",
+            tuple(range(1, most + 1)),
+        )
         check_block(block)
-        return (width, rank, wide_strides, block, resolve_target(target))
+        return (width, rank, wide_strides, pieces, block, resolve_target(target))
 
     def __init__(
-        self, *, width: int, rank: int, wide_strides: bool = False, block: int = 256, target: str = "sm_90"
+        self,
+        *,
+        width: int,
+        rank: int,
+        wide_strides: bool = False,
+        pieces: int = 1,
+        block: int = 256,
+        target: str = "sm_90",
     ) -> None:
-        self.width, self.rank, self.wide_strides, self.block_size, self.target = self.cache_key(
-            width=width, rank=rank, wide_strides=wide_strides, block=block, target=target
+        self.width, self.rank, self.wide_strides, self.pieces, self.block_size, self.target = self.cache_key(
+            width=width, rank=rank, wide_strides=wide_strides, pieces=pieces, block=block, target=target
         )
-        self.id = f"{self.name}__w{width}__r{rank}{'__wide' if wide_strides else ''}__b{block}__{self.target}"
+        self.id = (
+            f"{self.name}__w{width}__r{rank}{'__wide' if wide_strides else ''}"
+            f"{f'__p{pieces}' if pieces > 1 else ''}__b{block}__{self.target}"
+        )
         stride = I64 if wide_strides else I32
-        names: list[str] = ["src", "dst", "count", "src_origin", "dst_origin"]
-        types: list[ArgType] = [BYTES_IN, BYTES_OUT, U32, U64, U64]
-        for k in range(1, rank):
-            names += [f"extent{k}", f"magic{k}", f"shift{k}"]
-            types += [U32, U32, U32]
-        for k in range(rank):
-            names += [f"src_stride{k}", f"dst_stride{k}"]
-            types += [stride, stride]
+        names: list[str] = []
+        types: list[ArgType] = []
+        for i in range(pieces):
+            names += [self.arg_name(base, i) for base in ("src", "dst", "count", "src_origin", "dst_origin")]
+            types += [BYTES_IN, BYTES_OUT, U32, U64, U64]
+            for k in range(1, rank):
+                names += [self.arg_name(f"{base}{k}", i) for base in ("extent", "magic", "shift")]
+                types += [U32, U32, U32]
+            for k in range(rank):
+                names += [self.arg_name(f"src_stride{k}", i), self.arg_name(f"dst_stride{k}", i)]
+                types += [stride, stride]
         self.arg_names, self.arg_types = tuple(names), tuple(types)
         self.block = (block, 1, 1)
         self.info: dict[str, Any] = {
-            "family": "strided", "width": width, "rank": rank, "wide_strides": wide_strides, "block": block,
+            "family": "strided", "width": width, "rank": rank, "wide_strides": wide_strides,
+            "pieces": pieces, "block": block,
         }  # fmt: skip
         self._emit()
 
     def __repr__(self) -> str:
         return (
             f"StridedCopy(width={self.width}, rank={self.rank}, wide_strides={self.wide_strides}, "
-            f"block={self.block_size}, target={self.target!r})"
+            f"pieces={self.pieces}, block={self.block_size}, target={self.target!r})"
         )
 
-    def grid(self, count: int) -> tuple[int, int, int]:
-        """``(cdiv(count, block * UNROLL), 1, 1)``: the CTAs that cover ``count`` elements."""
-        return (max(1, -(-count // (self.block_size * UNROLL))), 1, 1)
+    def arg_name(self, base: str, piece: int = 0) -> str:
+        """Piece ``piece``'s argument ``base`` (``"count"``, ``"src_stride0"``...): the
+        name itself where the kernel copies one piece, else ``piece{i}_`` before it."""
+        return base if self.pieces == 1 else f"piece{piece}_{base}"
+
+    def grid(self, *counts: int) -> tuple[int, int, int]:
+        """``(cdiv(max(counts), block * UNROLL), pieces, 1)``: the CTAs that cover each
+        piece's ``count`` elements, a grid row a piece."""
+        if len(counts) != self.pieces:
+            raise ValueError(f"{self.name}: give {self.pieces} counts, one a piece, not {len(counts)}")
+        return (max(1, -(-max(counts) // (self.block_size * UNROLL))), self.pieces, 1)
 
     # --- what a launch touches ----------------------------------------------------------
 
-    def extents(self, scalars: Mapping[str, int]) -> tuple[int, ...]:
-        """Every dim's extent, dim 0's from ``count``; raises :class:`FootprintError` for
-        scalars the kernel cannot copy safely: a count past :data:`COUNT_MAX`, an inner
-        extent of 0, a divisor pair that does not divide by its extent, a count that is
-        not a whole number of dim-0 rows."""
-        count = scalars["count"]
+    def extents(self, scalars: Mapping[str, int], piece: int = 0) -> tuple[int, ...]:
+        """Every dim of piece ``piece``'s box, dim 0's from its ``count``; raises
+        :class:`FootprintError` for scalars the kernel cannot copy safely: a count past
+        :data:`COUNT_MAX`, an inner extent of 0, a divisor pair that does not divide by
+        its extent, a count that is not a whole number of dim-0 rows."""
+        name = functools.partial(self.arg_name, piece=piece)
+        count = scalars[name("count")]
         if count > COUNT_MAX:
-            raise FootprintError(f"{self.name}: count = {count} is more than {COUNT_MAX} elements a launch")
+            raise FootprintError(
+                f"{self.name}: {name('count')} = {count} is more than {COUNT_MAX} elements a launch"
+            )
         inner = []
         for k in range(1, self.rank):
-            extent = scalars[f"extent{k}"]
+            extent, magic, shift = (scalars[name(f"{base}{k}")] for base in ("extent", "magic", "shift"))
             if extent < 1:
-                raise FootprintError(f"{self.name}: extent{k} = {extent}; every inner extent must be >= 1")
-            if (scalars[f"magic{k}"], scalars[f"shift{k}"]) != runtime_divisor(extent):
                 raise FootprintError(
-                    f"{self.name}: magic{k}, shift{k} = {scalars[f'magic{k}']}, {scalars[f'shift{k}']} "
-                    f"do not divide by extent{k} = {extent}; pass ptxgen.arith.runtime_divisor({extent})"
+                    f"{self.name}: {name(f'extent{k}')} = {extent}; every inner extent must be >= 1"
+                )
+            if (magic, shift) != runtime_divisor(extent):
+                raise FootprintError(
+                    f"{self.name}: {name(f'magic{k}')}, {name(f'shift{k}')} = {magic}, {shift} "
+                    f"do not divide by {name(f'extent{k}')} = {extent}; "
+                    f"pass ptxgen.arith.runtime_divisor({extent})"
                 )
             inner.append(extent)
         rows, rest = divmod(count, math.prod(inner))
         if rest:
             raise FootprintError(
-                f"{self.name}: count = {count} is not a whole number of rows of {math.prod(inner)} elements"
+                f"{self.name}: {name('count')} = {count} is not a whole number of rows "
+                f"of {math.prod(inner)} elements"
             )
         return (rows, *inner)
 
     def footprints(
         self, grid: tuple[int, int, int], block: tuple[int, int, int], scalars: Mapping[str, int]
-    ) -> tuple[Footprint, Footprint]:
-        """What a launch touches through ``src`` and ``dst``: from each pointer, the
-        elements up to the largest offset of the box. Raises :class:`FootprintError` where
-        an offset would fall below the pointer (an origin too small for a negative stride),
-        or for scalars :meth:`extents` refuses, or a grid past the 2**31 indices."""
+    ) -> tuple[Footprint, ...]:
+        """What a launch touches through each piece's ``src`` and ``dst``, in that order:
+        from each pointer, the elements up to the largest offset of the box. Raises
+        :class:`FootprintError` where an offset would fall below the pointer (an origin
+        too small for a negative stride), or for scalars :meth:`extents` refuses, or a
+        grid past the 2**31 indices or not of one row a piece."""
         check_launch_block(self.name, block, self.block)
-        extents = self.extents(scalars)
         if grid[0] * self.block_size * UNROLL > 1 << 31:
             raise FootprintError(f"{self.name}: grid.x = {grid[0]} gives thread indices past 2**31")
+        if self.pieces > 1 and tuple(grid[1:]) != (self.pieces, 1):
+            raise FootprintError(f"{self.name}: grid {tuple(grid)} is not of {self.pieces} rows, one a piece")
         found = []
-        for side, writes in (("src", False), ("dst", True)):
-            elements = 0
-            if scalars["count"]:
-                strides = [scalars[f"{side}_stride{k}"] for k in range(self.rank)]
-                origin = scalars[f"{side}_origin"]
-                low = origin + sum(min(0, (e - 1) * s) for e, s in zip(extents, strides))
-                if low < 0:
-                    raise FootprintError(
-                        f"{self.name}: {side}_origin = {origin} leaves element offsets down to {low}, "
-                        "below the pointer; the pointer must be the lowest element the copy touches"
-                    )
-                elements = origin + sum(max(0, (e - 1) * s) for e, s in zip(extents, strides)) + 1
-            found.append(Footprint(side, elements, self.width, self.width, writes=writes))
-        return found[0], found[1]
+        for piece in range(self.pieces):
+            name = functools.partial(self.arg_name, piece=piece)
+            extents = self.extents(scalars, piece)
+            for side, writes in (("src", False), ("dst", True)):
+                elements = 0
+                if scalars[name("count")]:
+                    strides = [scalars[name(f"{side}_stride{k}")] for k in range(self.rank)]
+                    origin = scalars[name(f"{side}_origin")]
+                    low = origin + sum(min(0, (e - 1) * s) for e, s in zip(extents, strides))
+                    if low < 0:
+                        raise FootprintError(
+                            f"{self.name}: {name(f'{side}_origin')} = {origin} leaves element offsets "
+                            f"down to {low}, below the pointer; the pointer must be the lowest element "
+                            "the copy touches"
+                        )
+                    elements = origin + sum(max(0, (e - 1) * s) for e, s in zip(extents, strides)) + 1
+                found.append(Footprint(name(side), elements, self.width, self.width, writes=writes))
+        return tuple(found)
 
     # --- emission --------------------------------------------------------------------
 
     def _emit(self) -> None:
-        block, rank, width = self.block_size, self.rank, self.width
+        block, rank, width, pieces = self.block_size, self.rank, self.width, self.pieces
+        per_cta = block * UNROLL
+        launch = (
+            f"Launch: grid (cdiv(count, {per_cta}), 1, 1), block ({block}, 1, 1)."
+            if pieces == 1
+            else f"Launch: grid (cdiv(the largest count, {per_cta}), {pieces}, 1), block ({block}, 1, 1):"
+        )
         module = PtxModule(
             self.target,
             comment=[
-                f"{self.name}: {width}-byte elements, a box of {rank} dim{'s' * (rank > 1)}, "
+                f"{self.name}: {width}-byte elements, a box of {rank} dim{'s' * (rank > 1)}"
+                f"{f' for each of {pieces} pieces' if pieces > 1 else ''}, "
                 f"{'64' if self.wide_strides else '32'}-bit strides, block {block},",
                 f"for {self.target} and newer.",
                 "Written by ptxgen; regenerate rather than edit.",
                 "",
                 "dst[dst_origin + sum(c[k] * dst_stride[k])] = src[src_origin + sum(c[k] * src_stride[k])]",
                 "for every coordinate c of the box, element i (row-major) by thread i % block",
-                f"of CTA i / {block * UNROLL}, {UNROLL} elements a thread.",
+                f"of CTA i / {per_cta}, {UNROLL} elements a thread.",
                 "",
-                f"Launch: grid (cdiv(count, {block * UNROLL}), 1, 1), block ({block}, 1, 1).",
+                launch,
+                *(["grid row i copies piece i's box, its arguments named piece<i>_."] if pieces > 1 else []),
             ],
         )
         fn = module.entry(self.entry_point_name)
@@ -191,19 +277,61 @@ class StridedCopy(KernelBase):
             "dst_origin": "element 0's offset from dst, in elements",
         }
         for name, t in zip(self.arg_names, self.arg_types):
-            fn.param(name, t.ptx_type, comment=f"{t}: {what[name] if name in what else _describe(name)}")
+            base = name.split("_", 1)[1] if pieces > 1 else name
+            fn.param(name, t.ptx_type, comment=f"{t}: {what[base] if base in what else _describe(base)}")
         fn.directive(".reqntid", block, 1, 1)
-        p = fn.load_params()
-        for k in range(1, rank):  # coordinate = rest - quotient * extent, as one multiply-add
+
+        if pieces == 1:
+            p = fn.load_params()
+            self._negate_extents(fn, p)
+            self._emit_elements(fn, p, self._first_element(fn))
+            return self._finish(module, fn)
+        first = self._first_element(fn)
+        piece = fn.reg("piece", "u32")
+        fn.inst("mov.u32", piece, SPECIAL_REGS["ctaid.y"], comment="grid row i copies piece i")
+        for i in range(pieces):
+            fn.banner(f"piece {i}: the CTAs of grid row {i}, with piece {i}'s arguments")
+            other = fn.reg(f"not_piece{i}", "pred")
+            fn.inst("setp.ne.u32", other, piece, i)
+            with fn.unless(other, f"after_piece{i}"):
+                regs = {}
+                for param, arg_type in zip(fn.params, self.arg_types):
+                    if param.name.startswith(f"piece{i}_"):
+                        regs[param.name.split("_", 1)[1]] = reg = fn.reg(param.name, arg_type.ptx_type)
+                        fn.inst(f"ld.param.{reg.type}", reg, Addr(param))
+                self._negate_extents(fn, regs)
+                self._emit_elements(fn, regs, first)
+        fn.inst("ret", comment="a grid row past the pieces: nothing to copy")
+        return self._finish(module, fn)
+
+    def _finish(self, module: PtxModule, fn: PtxFunction) -> None:
+        self.ptx_version = module.version
+        self.kernel_source = module.header()
+        self.entry_point_source = fn.render()
+
+    def _negate_extents(self, fn: PtxFunction, p: dict[str, Reg]) -> None:
+        """``minus_extent{k}`` beside each inner extent in ``p``: a coordinate is then
+        ``rest + quotient * -extent``, one multiply-add."""
+        for k in range(1, self.rank):
             neg = fn.reg(f"minus_extent{k}", "u32")
             fn.inst("sub.u32", neg, 0, p[f"extent{k}"], comment=f"-extent{k}: c{k} = rest + q * -extent{k}")
             p[f"minus_extent{k}"] = neg
 
+    def _first_element(self, fn: PtxFunction) -> Reg:
+        """The index in its box of this thread's first element."""
+        block = self.block_size
         cta, thread, first = fn.reg("cta", "u32"), fn.reg("thread", "u32"), fn.reg("first", "u32")
         fn.banner(f"this thread's {UNROLL} elements: first, first + {block}, ...")
         fn.inst("mov.u32", cta, SPECIAL_REGS["ctaid.x"])
         fn.inst("mov.u32", thread, SPECIAL_REGS["tid.x"])
         fn.inst("mad.lo.u32", first, cta, block * UNROLL, thread, comment=f"ctaid * {block * UNROLL} + tid")
+        return first
+
+    def _emit_elements(self, fn: PtxFunction, p: dict[str, Reg], first: Reg) -> None:
+        """One box's copy by this thread: its ``UNROLL`` elements from ``first``, every
+        load issued before the first store, then ``ret``. ``p``: the box's arguments'
+        registers by their names without a piece's prefix."""
+        block, width = self.block_size, self.width
         values, addresses, live = [], [], []
         for u in range(UNROLL):
             fn.banner(f"element {u}: its coordinates, then both offsets, then its load")
@@ -223,9 +351,6 @@ class StridedCopy(KernelBase):
         for value, dst_addr, is_live in zip(values, addresses, live):
             fn.inst(f"st.global.{ld_type(width)}", Addr(dst_addr), value, guard=is_live)
         fn.inst("ret")
-        self.ptx_version = module.version
-        self.kernel_source = module.header()
-        self.entry_point_source = fn.render()
 
     def _emit_offsets(self, fn: PtxFunction, p: dict[str, Reg], index: Reg, u: int) -> tuple[Reg, Reg]:
         """Both byte addresses of element ``index``: divide it by the inner extents,

@@ -82,6 +82,7 @@ __all__ = [
     "binding",
     "check_int_pointers",
     "compiled_launch_available",
+    "compiled_launch_enabled",
     "driver_entry_points",
     "use_compiled_launch",
 ]
@@ -177,6 +178,13 @@ def use_compiled_launch(on: bool) -> bool:
     for ops in list(_compiled_ops):
         ops.enabled = on
     return old
+
+
+def compiled_launch_enabled() -> bool:
+    """Whether the compiled launch is switched on, as :func:`use_compiled_launch` (or
+    ``PTXGEN_COMPILED_LAUNCH`` at import) left it; whether it is built is
+    :func:`compiled_launch_available`'s to say."""
+    return _use_compiled[0]
 
 
 def compiled_ops() -> Any:

@@ -157,29 +157,61 @@ def _torch_array(value: Any, what: str, written: bool) -> OpArray | None:
         return None
 
 
-def known_facts(value: Any, written: bool) -> tuple[tuple[Any, ...], int, int, Device | None] | None:
-    """What a call of a known kind needs of one array, as plain values: ``(fact, ptr,
-    ordinal, device)``, ``fact`` being exactly what :func:`runtime.op_routes.route_key`
-    keys it by. Only a row-major torch tensor of a dtype we have and an open, non-empty
-    DeviceArray are read here, as the C lane reads them; anything else is None, and the
-    call goes the whole way (:func:`recognise`), which accepts it or says why not."""
-    cls = value.__class__
-    if cls is DeviceArray:
-        key = value.launch_key  # (device, dtype) while open and not empty
-        if key is None:
+def array_key(
+    cls: type, shape: tuple[int, ...], strides: tuple[int, ...] | None, dtype: DType, readonly: bool
+) -> tuple[Any, ...]:
+    """One array's part of a route's key (:func:`runtime.op_routes.route_key`): its class,
+    shape, strides (None: row-major), dtype and whether it may not be written. Both ways a
+    call is keyed make it here, so that they find the same route: route_key from an
+    :class:`OpArray`, :func:`known_facts` from the plain values it reads."""
+    return (cls, shape, strides, dtype, readonly)
+
+
+def known_facts(
+    values: Sequence[Any], first_output: int
+) -> tuple[list[tuple[Any, ...]], list[int], int, Device | None] | None:
+    """What a call of a known kind needs of its arrays (outputs from ``first_output``),
+    as plain values: ``(facts, ptrs, ordinal, device)``, each array's part of the route's
+    key (:func:`array_key`) and address, the GPU they share and the device a DeviceArray
+    names (None where none does). Only row-major torch tensors of a dtype we have and
+    open, non-empty DeviceArrays are read here, as the C lane reads them, and only where
+    they name one device (each DeviceArray the same object, as :func:`device_for` asks);
+    for anything else None, and the call goes the whole way (:func:`recognise`), which
+    accepts it or says why not."""
+    facts, ptrs = [], []
+    ordinal = device = None
+    tensor = TORCH.array_class
+    for i, value in enumerate(values):
+        cls = value.__class__
+        if cls is DeviceArray:
+            key = value.launch_key  # (device, dtype) while open and not empty
+            if key is None:
+                return None
+            own_device, dtype = key
+            if device is not None and own_device is not device:
+                return None
+            device = own_device
+            own_ordinal = own_device.ordinal
+            facts.append(array_key(cls, value.shape, None, dtype, False))
+            ptrs.append(value.address)
+        elif cls is tensor:
+            try:
+                dtype = _torch_dtypes.get(value.dtype)
+                if dtype is None or not value.is_cuda or not value.is_contiguous():
+                    return None
+                readonly = i >= first_output and value.requires_grad  # as _torch_array reads an output
+                facts.append(array_key(cls, value.shape, None, dtype, readonly))
+                ptrs.append(value.data_ptr())
+                own_ordinal = value.get_device()
+            except Exception:  # a meta or fake tensor: the whole way says what it is
+                return None
+        else:
             return None
-        device, dtype = key
-        return (cls, value.shape, None, dtype, False), value.address, device.ordinal, device
-    if cls is not TORCH.array_class:
-        return None
-    try:
-        dtype = _torch_dtypes.get(value.dtype)
-        if dtype is None or not value.is_cuda or not value.is_contiguous():
+        if i == 0:
+            ordinal = own_ordinal
+        elif own_ordinal != ordinal:
             return None
-        fact = (cls, value.shape, None, dtype, written and value.requires_grad)
-        return fact, value.data_ptr(), value.get_device(), None
-    except Exception:  # a meta or fake tensor: the whole way says what it is
-        return None
+    return facts, ptrs, ordinal, device
 
 
 def _cupy_array(value: Any, what: str) -> OpArray | None:

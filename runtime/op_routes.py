@@ -10,7 +10,7 @@ for every call, checks what depends on the addresses (alignment, overlap, one de
 makes the results the caller did not pass, and launches.
 
 A model calls an op with the same few kinds of call again and again, so a route is
-remembered by its key (:func:`route_key`): the op's scalars and, per array, its class,
+remembered by its key (:func:`key_of`): the op's scalars and, per array, its class,
 shape, strides, dtype and writability. A call whose key is known skips every check
 here; a new one makes its route, and raises on bad input before anything is allocated
 or launched.
@@ -27,6 +27,7 @@ from ptxgen.kernels.plan_strided import StridedProblem
 from .op_arrays import (
     MIXED,
     OpArray,
+    array_key,
     check_out,
     common_order,
     is_sequence,
@@ -40,7 +41,7 @@ from .strided_ops import Strided, check_own_memory, row_major_strides, span
 from .strides import dense_strides, permuted
 
 __all__ = [
-    "Route", "clear_routes", "join_route", "remembered", "route_key", "split_route",
+    "Route", "clear_routes", "join_route", "key_of", "remembered", "route_key", "split_route",
 ]  # fmt: skip
 
 
@@ -92,13 +93,20 @@ _routes: dict[tuple[Any, ...], Route] = {}
 def route_key(
     op: str, ints: tuple[Any, ...], flags: tuple[bool, ...], arrays: Sequence[OpArray]
 ) -> tuple[Any, ...] | None:
-    """The key a call's route is remembered by: the op, its int arguments (dim, sizes),
-    its flags (whether ``out`` was given) and each array's class, shape, strides, dtype
-    and writability. None where an int argument is not an exact int (a bool equals 1
-    as a key but is refused: such a call always takes the checks)."""
+    """The key a call's route is remembered by (:func:`key_of`), of its arrays as read.
+    None where an int argument is not an exact int (a bool equals 1 as a key but is
+    refused: such a call always takes the checks)."""
     if not exact_ints(ints):
         return None
-    facts = [(a.obj.__class__, a.shape, a.strides, a.dtype, a.readonly) for a in arrays]
+    facts = [array_key(a.obj.__class__, a.shape, a.strides, a.dtype, a.readonly) for a in arrays]
+    return key_of(op, ints, flags, facts)
+
+
+def key_of(op: str, ints: tuple[int, ...], flags: tuple[bool, ...], facts: Sequence[Any]) -> tuple[Any, ...]:
+    """A route's key: the op, its int arguments (dim, sizes: exact ints), its flags
+    (whether ``out`` was given) and each array's part (:func:`runtime.op_arrays.array_key`:
+    class, shape, strides, dtype and writability). :func:`route_key` makes it of the
+    arrays read; the ops' known step of the plain values ``known_facts`` reads."""
     return (op, ints, flags, *facts)
 
 

@@ -52,7 +52,7 @@ from .op_plans import (
     exact_ints,
     plan_for,
 )
-from .op_routes import Route, clear_routes, join_route, remembered, route_key, split_route
+from .op_routes import Route, clear_routes, join_route, key_of, remembered, route_key, split_route
 from .outputs import outputs_of, torch_stream_reader
 from .stream import order_after, stream_handle
 from .strided_ops import check_disjoint
@@ -97,6 +97,30 @@ def clear_plans() -> None:
 # --- the path: a call's route, then its addresses -------------------------------------------
 
 
+def addresses_clear(route: Route, ptrs: Sequence[int], given: bool) -> bool:
+    """Whether arrays at ``ptrs`` (listed as ``route`` lists them) pass the address checks
+    at a glance: each on its element boundary and, with ``out`` given, no two sharing a
+    byte. False where a check must look closer: an address off its boundary (an empty
+    array's may be), or two arrays that share bytes (inputs may). The one pass both steps
+    make on every call: :func:`_launch_route` then runs the full checks, which raise or
+    accept; :func:`_known` leaves such a call to it."""
+    mask, bounds = route.dtype.itemsize - 1, []
+    for ptr, (lo, hi) in zip(ptrs, route.spans):
+        if ptr & mask:
+            return False
+        if given and lo < hi:  # without out, the results made afterwards share no byte
+            bounds.append((ptr + lo, ptr + hi))
+    # Sorted by address, the arrays share no byte when each starts at or past the end of
+    # the one before: the common call's check ends here.
+    bounds.sort()
+    end = 0
+    for start, stop in bounds:
+        if start < end:
+            return False
+        end = stop
+    return True
+
+
 def _launch_route(op: str, route: Route, arrays: list[OpArray], given: bool, like: Any,
                   handle: int) -> tuple[list[Any] | None, list[int], Any, Any]:  # fmt: skip
     """Runs ``route`` on ``arrays`` (inputs, then outputs where ``given``): every check of
@@ -104,44 +128,33 @@ def _launch_route(op: str, route: Route, arrays: list[OpArray], given: bool, lik
     launched; then the results made (of ``like``'s kind, on the op's stream) where not
     given, and the launches. Returns the results made (None where given), the outputs'
     addresses, the device and the launch function (for the C lane)."""
-    # One pass: each address's alignment, and, with out given, each array's bytes that no
-    # output may share; and whether an array names a producer's stream. (_known makes the
-    # same pass on plain values for a call of a known kind: a check added here goes there.)
-    mask, bounds, producers = route.dtype.itemsize - 1, [], False
-    for a, (lo, hi) in zip(arrays, route.spans):
-        ptr = a.ptr
-        if ptr & mask and a.nbytes:
-            check_aligned(op, a.what, a)
-        if given and lo < hi:
-            bounds.append((ptr + lo, ptr + hi))
+    ptrs, producers = [], False
+    for a in arrays:  # the addresses, and whether an array names a producer's stream
+        ptrs.append(a.ptr)
         if a.stream is not None:
             producers = True
-    if given:
-        # Sorted by address, the arrays share no byte when each starts at or past the end
-        # of the one before: the common call ends its check here. Where two do share, the
-        # full check says whether they may (inputs may) and names the pair that may not.
-        bounds.sort()
-        end = 0
-        for start, stop in bounds:
-            if start < end:
-                spans = [(a.what, a.ptr + lo, a.ptr + hi) for a, (lo, hi) in zip(arrays, route.spans)]
-                check_disjoint(op, spans, route.first_output, route.strided)
-                break
-            end = stop
-    device = device_for(op, arrays)
-    if producers:  # the op's stream waits for each producer an array's interface names
+    if not addresses_clear(route, ptrs, given):
+        # The full checks: they raise naming the array off its element boundary (an empty
+        # one may be) or the pair that may not share bytes (inputs may), or accept the call.
         for a in arrays:
+            check_aligned(op, a.what, a)
+        if given:
+            spans = [(a.what, ptr + lo, ptr + hi) for a, ptr, (lo, hi) in zip(arrays, ptrs, route.spans)]
+            check_disjoint(op, spans, route.first_output, route.strided)
+    device = device_for(op, arrays)
+    if producers:
+        for a in arrays:  # the op's stream waits for each producer an array's interface names
             if a.stream is not None:
                 order_after(device, handle, a.stream)
     made = None
     if given:
-        outputs = [a.ptr for a in arrays[route.first_output :]]
+        outputs = ptrs[route.first_output :]
     else:
         made, outputs = outputs_of(like, device, handle, route.results, route.dtype, route.order)
     if route.op == "backward":
-        wide, pieces = arrays[0].ptr, outputs
+        wide, pieces = ptrs[0], outputs
     else:
-        wide, pieces = outputs[0], [a.ptr for a in arrays[: route.first_output]]
+        wide, pieces = outputs[0], ptrs[: route.first_output]
     launch = _launcher(route, device, handle, wide, pieces)
     launch(wide, *pieces)
     return made, outputs, device, launch
@@ -150,51 +163,22 @@ def _launch_route(op: str, route: Route, arrays: list[OpArray], given: bool, lik
 def _known(op: str, ints: tuple[Any, ...], arrays: Sequence[Any], first_output: int, given: bool, like: Any,
            handle: int) -> tuple[list[Any] | None, list[int]] | None:  # fmt: skip
     """A call of a kind this path has run, on plain values: its arrays read as the C lane
-    reads them (:func:`known_facts`), its route found by the key :func:`route_key` makes,
-    then, in one pass, what depends on the addresses (each on its element boundary, one
-    device, no output sharing a byte), the results made where not ``given``, and the
-    launch. None, having done nothing, for a call that is not plainly good: a new kind, an
-    array read only the whole way, or an address any check would look at twice. That
-    call then goes the whole way, which accepts it or raises what is wrong: this decides
-    nothing the whole way does not. Returns the results made (None where given) and the
-    outputs' addresses."""
+    reads them (:func:`known_facts`), all on one device, its route found by its key
+    (:func:`key_of`), its addresses passed at a glance (:func:`addresses_clear`), the
+    results made where not ``given``, and the launch. None, having done nothing, for a
+    call that is not plainly good: a new kind, an array read only the whole way, or an
+    address any check would look at twice. That call then goes the whole way, which
+    accepts it or raises what is wrong: this decides nothing the whole way does not.
+    Returns the results made (None where given) and the outputs' addresses."""
     if not exact_ints(ints):
         return None
-    facts, ptrs = [], []
-    ordinal = device = None
-    for i, value in enumerate(arrays):
-        read = known_facts(value, i >= first_output)
-        if read is None:
-            return None
-        fact, ptr, own, own_device = read
-        if i == 0:
-            ordinal = own
-        elif own != ordinal:
-            return None
-        if own_device is not None:  # a DeviceArray's: every one must name the same (device_for)
-            if device is not None and own_device is not device:
-                return None
-            device = own_device
-        facts.append(fact)
-        ptrs.append(ptr)
-    route = remembered((op, ints, (not given,), *facts))
-    if route is None:
+    read = known_facts(arrays, first_output)
+    if read is None:
         return None
-    # _launch_route's pass on plain values: a call it would look at twice (an address off
-    # its element boundary, any two arrays sharing a byte, even inputs, which may) goes there
-    mask, bounds = route.dtype.itemsize - 1, []
-    for ptr, (lo, hi) in zip(ptrs, route.spans):
-        if ptr & mask:
-            return None
-        if lo < hi:
-            bounds.append((ptr + lo, ptr + hi))
-    if given:
-        bounds.sort()
-        end = 0
-        for start, stop in bounds:
-            if start < end:
-                return None
-            end = stop
+    facts, ptrs, ordinal, device = read
+    route = remembered(key_of(op, ints, (not given,), facts))
+    if route is None or not addresses_clear(route, ptrs, given):
+        return None
     if device is None:
         device = device_of(ordinal)
     made = None

@@ -1,6 +1,6 @@
 """Helpers for the launch tests: a binding that records instead of launching, kernels
-with odd parameter layouts that echo their parameters, and the parameter table ptxas
-writes into a cubin."""
+with odd parameter layouts that echo their parameters, the parameter table ptxas
+writes into a cubin, and the skip where the ops' C lane is not at work."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import struct
 import sys
 import threading
 from dataclasses import dataclass, field
+
+import pytest
 
 import ptxgen
 from runtime.layout import ArgumentLayout
@@ -153,6 +155,19 @@ def reference_counts_after(watched, calls, refused, rounds: int, errors=(ValueEr
     finally:
         gc.enable()
     return before, after
+
+
+def skip_without_c_lane() -> None:
+    """Skips the calling test where the ops' C lane (``runtime.ops._lane``) is not at work:
+    the extension is not built, or the compiled launch is switched off."""
+    from runtime import launch, ops
+
+    why = launch.compiled_launch_available()
+    if why or ops._lane is None or not ops._lane.enabled:
+        pytest.skip(
+            why
+            or "no C lane: the extension is not built, or the compiled launch is switched off (PTXGEN_COMPILED_LAUNCH=0)"
+        )
 
 
 def errors_in_threads(work, count: int) -> list[Exception]:

@@ -11,7 +11,6 @@ from launch_util import errors_in_threads
 
 import ptxgen
 from runtime import launch as launch_module
-from runtime._env import env_flag
 
 pytestmark = pytest.mark.gpu
 
@@ -25,8 +24,10 @@ def fn(dev):
     why = launch_module.compiled_launch_available()
     if why:
         pytest.skip(why)
-    if not fn.launcher.compiled and not env_flag("PTXGEN_COMPILED_LAUNCH", True):
-        pytest.skip("the compiled launch path is switched off (PTXGEN_COMPILED_LAUNCH=0)")
+    if not fn.launcher.compiled and not launch_module.compiled_launch_enabled():
+        pytest.skip(
+            "the compiled launch path is switched off (PTXGEN_COMPILED_LAUNCH=0, or use_compiled_launch)"
+        )
     assert fn.launcher.compiled, "the extension is built, yet the function launches through Python"
     return fn
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from gpu_util import GUARD, first_mismatch, poison_value, random_bits
+from launch_util import skip_without_c_lane
 
 import ptxgen
 import runtime
@@ -380,10 +381,7 @@ def test_cupy_calls_run_in_the_c_lane_and_leave_other_streams_to_python(dev, mon
     fail), with and without out=, bit for bit; while CuPy's current stream is another
     stream, the call goes through Python, which orders the op after that stream."""
     cupy = pytest.importorskip("cupy")
-    if ops._lane is None or not ops._lane.enabled:
-        pytest.skip(
-            "no C lane: the extension is not built, or the compiled launch is switched off (PTXGEN_COMPILED_LAUNCH=0)"
-        )
+    skip_without_c_lane()
     rng = np.random.default_rng()
     for dtype in (np.uint8, np.float32, np.int64):
         host = rng.integers(0, 2**7, (37, 25)).astype(dtype)

@@ -10,6 +10,7 @@ CuPy's) own result and every other byte of the buffer must still be poison.
 from __future__ import annotations
 
 import pytest
+from launch_util import skip_without_c_lane
 
 import runtime
 
@@ -202,13 +203,9 @@ def test_a_remembered_kind_of_call_runs_from_c_without_python(dev, torch, monkey
     """Where the extension is built, a kind of call seen once (channels_last, stepped, a
     pitched out=) runs from C the next time: the Python reader is made to fail. Results
     keep the input's memory order; every element is right."""
-    from runtime import launch, ops
+    from runtime import ops
 
-    if launch.compiled_launch_available() or ops._lane is None or not ops._lane.enabled:
-        pytest.skip(
-            launch.compiled_launch_available()
-            or "no C lane: the extension is not built, or the compiled launch is switched off (PTXGEN_COMPILED_LAUNCH=0)"
-        )
+    skip_without_c_lane()
     cl = random_tensor(torch, (2, 24, 5, 7), itemsize).contiguous(memory_format=torch.channels_last)
     dy = random_tensor(torch, (333, 2 * 19), itemsize)[:, ::2]
     wide = torch.empty((333, 30), dtype=dy.dtype, device="cuda")

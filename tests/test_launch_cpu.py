@@ -4,6 +4,7 @@ and a C compiler lay out, the checks, prepared launches and the bindings."""
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import struct
 import subprocess
@@ -462,6 +463,25 @@ def test_bindings_are_named_and_unknown_ones_refused():
     assert set(launch_module.BINDINGS) == {"cffi", "ctypes", "cuda.bindings"}
     with pytest.raises(ValueError, match="unknown launch binding 'fast'"):
         launch_module.binding("fast")
+
+
+def test_compiled_launch_enabled_says_what_use_compiled_launch_set(launch_path):
+    """The setting as it stands (the launch_path fixture set it), built or not; the
+    environment switch sets it at import."""
+    assert launch_module.compiled_launch_enabled() is (launch_path == "compiled")
+    old = launch_module.use_compiled_launch(launch_path != "compiled")
+    try:
+        assert launch_module.compiled_launch_enabled() is (launch_path != "compiled")
+    finally:
+        launch_module.use_compiled_launch(old)
+    assert launch_module.compiled_launch_enabled() is old
+    code = "import runtime.launch as launch; print(launch.compiled_launch_enabled())"
+    for value, enabled in (("0", "False"), ("1", "True")):
+        env = {**os.environ, "PTXGEN_COMPILED_LAUNCH": value}
+        out = subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True, env=env
+        )
+        assert out.stdout.strip() == enabled
 
 
 def test_importing_runtime_imports_no_array_library_and_no_cffi():

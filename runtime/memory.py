@@ -67,6 +67,12 @@ def numpy_dtype(dtype: DType, bits: bool = False) -> np.dtype:
 
 
 def _shape_of(shape: Any) -> tuple[int, ...]:
+    if type(shape) is tuple:  # what the ops hand: a tuple of ints, taken as it is
+        for d in shape:
+            if type(d) is not int or d < 0:
+                break
+        else:
+            return shape
     if isinstance(shape, int) and not isinstance(shape, bool):
         shape = (shape,)
     try:
@@ -102,7 +108,10 @@ class DeviceArray:
     launch_key: tuple[Device, DType] | None
 
     def __init__(self, device: Device, shape: Any, dtype: Any, *, stream: Any = None) -> None:
-        dims, dtype, handle = _shape_of(shape), resolve_dtype(dtype), stream_handle(stream)
+        self._allocate(device, _shape_of(shape), resolve_dtype(dtype), stream_handle(stream))
+
+    def _allocate(self, device: Device, dims: tuple[int, ...], dtype: DType, handle: int) -> None:
+        """Make the array of checked values: its memory from the pool, then its fields."""
         nbytes = math.prod(dims) * dtype.itemsize
         owner = owning_stream(handle)
         describe = lambda: f"a {dims} {dtype.name} array"  # noqa: E731 (formatted only for an error)
@@ -333,7 +342,9 @@ def empty_group(
         dims.append(_shape_of(shape))
     dtype, handle = resolve_dtype(dtype), stream_handle(stream)
     if len(dims) == 1:  # one array (a concat's result): the allocation Device.empty makes
-        return [DeviceArray(device, dims[0], dtype, stream=handle)]
+        array = DeviceArray.__new__(DeviceArray)
+        array._allocate(device, dims[0], dtype, handle)
+        return [array]
     itemsize = dtype.itemsize
     sizes = [math.prod(d) * itemsize for d in dims]
     starts, total = [], 0

@@ -13,7 +13,7 @@ into a poisoned output and the result is compared element by element.
     this project:       prepared.raw (trusted ints), prepared launches, Function.launch
                         (checked) with int pointers, DeviceArray and torch tensors, through
                         the compiled path (runtime._fastlaunch, where built) and through the
-                        generated Python functions alone; the Python path through each binding
+                        Python launch functions alone; the Python path through each binding
     graph replay:       100 captured launches, replayed; wall time per launch: of the seed
                         kernel (and, as controls, captured from bare cuLaunchKernel calls,
                         and an empty kernel on its grid), of the fast kernel the planner
@@ -665,9 +665,9 @@ def markdown(record: dict) -> str:
         + ", ".join(f"{k} {v}" for k, v in record["versions"].items())
         + f"; default launch binding: {record['default_binding']}; launch path: "
         + (
-            "compiled (runtime._fastlaunch), the generated Python functions behind it"
+            "compiled (runtime._fastlaunch), the Python launch functions (runtime/launch_python.py) behind it"
             if record.get("compiled_launch")
-            else f"the generated Python functions ({record.get('compiled_launch_missing') or 'compiled off'})"
+            else f"the Python launch functions ({record.get('compiled_launch_missing') or 'compiled off'})"
         )
         + ".",
         "",

@@ -74,7 +74,7 @@ def launch_figures(launch: dict[str, Any]) -> str:
     parts = [
         f"From [perf/launch.json](perf/launch.json) (tree `{launch['tree'][:12]}`, {launch['date']}, "
         f"{launch['gpu']}), launch path "
-        + ("compiled" if launch.get("compiled_launch") else "the generated Python functions")
+        + ("compiled" if launch.get("compiled_launch") else "the Python launch functions")
         + f"; ratios to the bare cuda-bindings call of the same run ({us['bare_cuda_bindings']:.3f} µs):",
         "",
     ]
@@ -89,7 +89,7 @@ def launch_figures(launch: dict[str, Any]) -> str:
         ("cuda.core's launch, the tensors' `data_ptr()`", "cuda_core_launch_torch"),
         ("the op with two outputs, DeviceArrays", "channel_cat_backward_2_outputs_device_array"),
         ("the op with two outputs, torch tensors", "channel_cat_backward_2_outputs"),
-        ("`Function.launch` on the generated Python path alone, int pointers", "checked_int_python"),
+        ("`Function.launch` on the Python launch path alone, int pointers", "checked_int_python"),
         ("the same, torch tensors", "checked_torch_python"),
     ]
     parts += [f"- {label}: {_ratio(us, key)}" for label, key in rows if key in us]

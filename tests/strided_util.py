@@ -77,9 +77,21 @@ def random_layout(rng, shape, *, writes: bool) -> tuple[int, ...]:
     return tuple(strides)
 
 
+def check_scalar_ranges(step) -> None:
+    """Every scalar of ``step`` fits its argument's type, as the launch would pack it: a
+    stride past 32 bits anywhere in a launch needs the kernel's 64-bit form."""
+    kernel = step.kernel
+    for name, arg_type, value in zip(kernel.arg_names, kernel.arg_types, step.args):
+        if not isinstance(value, Ptr):
+            assert arg_type.min <= value <= arg_type.max, (
+                f"{name} = {value} does not fit {arg_type} ({kernel!r})"
+            )
+
+
 def run_strided_step(step, arrays: dict[int, StridedBuffer]) -> None:
     """One strided-copy step on ``arrays`` (by ``Ptr.array``), as its contract says: each
     of its pieces' boxes copied, after every footprint is checked."""
+    check_scalar_ranges(step)
     kernel = step.kernel
     args = dict(zip(kernel.arg_names, step.args))
     scalars = {name: v for name, v in args.items() if not isinstance(v, Ptr)}

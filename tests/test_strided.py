@@ -12,16 +12,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 from ptxsim import OutOfBounds, RecordingMemory, check_footprints, run_kernel
-from strided_util import POISON, StridedBuffer, random_layout, run_strided_step
+from strided_util import POISON, StridedBuffer, check_scalar_ranges, random_layout, run_strided_step
 
 from ptxgen import toolchain
 from ptxgen.arith import runtime_divisor
 from ptxgen.footprint import FootprintError
 from ptxgen.kernels import StridedCopy
 from ptxgen.kernels.fastcat import GpuTraits
-from ptxgen.kernels.plan import H200, WIDE
+from ptxgen.kernels.plan import H200, WIDE, Ptr
 from ptxgen.kernels.plan_strided import StridedProblem, make_strided_plan, merged_dims
-from ptxgen.kernels.strided import COUNT_MAX, MAX_ARGS, MAX_PIECES, MAX_RANK, UNROLL, WIDTHS, args_per_piece
+from ptxgen.kernels.strided import (
+    COUNT_MAX,
+    MAX_ARGS,
+    MAX_RANK,
+    PIECES_PER_LAUNCH,
+    UNROLL,
+    WIDTHS,
+    args_per_piece,
+)
 
 # --- the divisor ----------------------------------------------------------------------
 
@@ -59,7 +67,7 @@ def test_every_strided_kernel_assembles_without_spills():
         StridedCopy(width=w, rank=r, pieces=p)
         for w in (1, 16)
         for r in range(1, MAX_RANK + 1)
-        for p in range(2, min(MAX_PIECES, MAX_ARGS // args_per_piece(r)) + 1)
+        for p in range(2, min(PIECES_PER_LAUNCH, MAX_ARGS // args_per_piece(r)) + 1)
     ]
     results = toolchain.assemble_many([(k.source, k.target) for k in kernels])
     for kernel, result in zip(kernels, results):
@@ -192,6 +200,11 @@ def _scalars(kernel, extents, **changes):
         (dict(count=COUNT_MAX + 3), None, r"is more than 2147479552 elements a launch"),
         (dict(src_stride1=-1), None, r"src_origin = 0 leaves element offsets down to -2, below the pointer"),
         ({}, ((1 << 31) // (256 * UNROLL) + 1, 1, 1), r"gives thread indices past 2\*\*31"),
+        (
+            dict(count=3 * 1100),
+            None,
+            r"grid.x = 1 covers 1024 elements and count = 3300 needs 4 CTAs of 1024",
+        ),
     ],
 )
 def test_footprints_refuse_what_the_kernel_cannot_copy(changes, grid, message):
@@ -335,6 +348,12 @@ def test_the_pieces_left_whole_share_launches_as_many_as_their_arguments_allow()
     plan = _run_plan(problem, H200, rng)
     assert [s.kernel.pieces for s in plan.steps] == [5, 5, 2]
     assert all(len(s.args) <= MAX_ARGS for s in plan.steps)
+    # two pieces of six dims that do not merge (32 arguments each): exactly the 64 arguments
+    shape = (2, 3, 2, 3, 2, 4)
+    column_major = tuple(int(s) for s in np.cumprod((1, *shape[:-1])))
+    problem = StridedProblem("backward", 2, shape, 5, (2, 2), column_major, (_row_major(shape, 2),) * 2)
+    (step,) = _run_plan(problem, H200, rng).steps
+    assert (step.kernel.pieces, step.kernel.rank, len(step.args)) == (2, MAX_RANK, MAX_ARGS)
     # twelve pieces of rank 1 (7 arguments): eight a launch, the most a grid's rows take
     problem = StridedProblem("forward", 1, (24,), 0, sizes, (2,), tuple((1,) for _ in sizes))
     assert [s.kernel.pieces for s in _run_plan(problem, H200, rng).steps] == [8, 4]
@@ -361,6 +380,12 @@ def test_strides_past_32_bits_take_the_64_bit_kernel():
         .steps[0]
         .kernel.wide_strides
     )
+    # one launch of two pieces, only the second of them past 32 bits: the launch is 64-bit,
+    # and every scalar of it fits its argument (as run_strided_step checks on every step)
+    problem = StridedProblem("backward", 2, (3, 4), 1, (2, 2), (4, 1), ((2, 1), (1, 3 << 31)))
+    (step,) = make_strided_plan(problem, H200).steps
+    assert step.kernel.pieces == 2 and step.kernel.wide_strides
+    check_scalar_ranges(step)
 
 
 @pytest.mark.parametrize(
@@ -379,33 +404,64 @@ def test_a_strided_problem_says_what_is_wrong(problem, message):
         StridedProblem(**{**fields, **problem})
 
 
-def test_an_interpreted_plan_matches_the_contract():
-    """Each planned step of each width through the interpreter itself (the plans above run
-    on the contract), so the plan's arguments and the PTX agree: a split of two pieces is
-    one launch of a kernel of two pieces."""
+def _run_step_in_interpreter(step, arrays):
+    """``step`` itself (its kernel, grid and arguments) through the interpreter, on copies
+    of ``arrays`` (by ``Ptr.array``) allocated exactly, its footprints checked; returns
+    each array's buffer afterwards."""
+    kernel = step.kernel
+    mem = RecordingMemory()
+    bases = {}
+    for key, a in arrays.items():
+        bases[key] = mem.alloc(a.buffer.size)
+        mem.write(bases[key], a.buffer.tobytes())
+    args, pointers = {}, {}
+    for name, value in zip(kernel.arg_names, step.args):
+        if isinstance(value, Ptr):
+            args[name] = pointers[name] = bases[value.array] + arrays[value.array].base + value.byte_offset
+        else:
+            args[name] = value
+    scalars = {n: v for n, v in args.items() if n not in pointers}
+    footprints = kernel.footprints(step.grid, step.block, scalars)
+    mem.clear()
+    run_kernel(kernel, step.grid, args, mem)
+    check_footprints(mem, footprints, pointers)
+    return {key: np.frombuffer(mem.read(bases[key], a.buffer.size), np.uint8) for key, a in arrays.items()}
+
+
+@pytest.mark.parametrize("isz", WIDTHS)
+def test_an_interpreted_plan_matches_the_contract(isz):
+    """Each planned step, with its own arguments, grid and block, through the interpreter
+    and through the contract (tests/strided_util.py) on the same poisoned buffers: the
+    bytes agree. A split of two pieces of one rank, and a concat of pieces of ranks 1
+    and 2 (padded into one launch), one of them with reversed strides on both sides."""
     rng = np.random.default_rng(8)
-    for isz in WIDTHS:
-        problem = StridedProblem("backward", isz, (5, 6), 1, (2, 4), (1, 5), ((2, 1), (4, 1)))
+    problems = [
+        StridedProblem("backward", isz, (5, 6), 1, (2, 4), (1, 5), ((2, 1), (4, 1))),
+        StridedProblem("forward", isz, (5, 6), 1, (1, 5), (6, -1), ((1, 1), (-5, -1))),
+    ]
+    for problem in problems:
+        wide = StridedBuffer.make(problem.shape, problem.wide_strides, isz)
+        pieces = [
+            StridedBuffer.make(problem.piece_shape(i), s, isz) for i, s in enumerate(problem.piece_strides)
+        ]
+        for a in [wide] if problem.op == "backward" else pieces:
+            a.fill_random(rng)
+        arrays = {WIDE: wide, **dict(enumerate(pieces))}
         (step,) = make_strided_plan(problem, H200).steps
-        kernel = step.kernel
-        assert kernel.pieces == 2
-        names = dict(zip(kernel.arg_names, step.args))
-        boxes = []
-        for i in range(kernel.pieces):
-            name = functools.partial(kernel.arg_name, piece=i)
-            inner = [names[name(f"extent{k}")] for k in range(1, kernel.rank)]
-            dims = [names[name("count")] // math.prod(inner), *inner]
-            boxes.append(
-                (
-                    dims,
-                    *(
-                        [names[name(f"{side}_stride{k}")] for k in range(kernel.rank)]
-                        for side in ("src", "dst")
-                    ),
-                )
-            )
-        small = StridedCopy(width=isz, rank=kernel.rank, pieces=kernel.pieces, block=64)
-        _launch_in_interpreter(small, boxes, rng)
+        assert step.kernel.pieces == 2
+        interpreted = _run_step_in_interpreter(step, arrays)
+        run_strided_step(step, arrays)
+        for key, a in arrays.items():
+            assert np.array_equal(interpreted[key], a.buffer), (problem, key)
+    mixed = problems[1]  # the concat's pieces are sources: their strides first
+    ranks = [
+        len(merged_dims(mixed.piece_shape(i), s, mixed.wide_strides))
+        for i, s in enumerate(mixed.piece_strides)
+    ]
+    assert ranks == [1, 2]
+
+
+def test_the_exact_allocations_catch_a_stray_access():
     with pytest.raises(OutOfBounds):  # the exact allocations do catch a stray access
         mem = RecordingMemory()
         mem.read(mem.alloc(4) + 4, 1)

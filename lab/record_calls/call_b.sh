@@ -12,6 +12,9 @@ python3 scripts/sanitize.py > /tmp/logs/sanitize.log 2>&1; echo sanitize rc $?
 python3 scripts/bench_launch.py > /tmp/logs/launch.log 2>&1; echo launch rc $?
 python3 scripts/bench_ops.py > /tmp/logs/ops.log 2>&1; echo ops rc $?  # 1 where a result was wrong
 python3 scripts/bench_embed.py > /tmp/logs/embed.log 2>&1; echo embed rc $?
+# studies after the records (their output in logs/, in the same tarball)
+timeout 120 python3 lab/alloc_state_probe.py --passes 3 --out /tmp/logs/alloc-state.json > /tmp/logs/alloc-state.log 2>&1
+echo alloc-state rc $?
 tar czf "$OUT/records-b.tgz" docs/sanitizer.json docs/perf/launch.json docs/perf/launch.md docs/perf/ops.json \
     docs/perf/ops.md docs/perf/embed.json -C /tmp logs
 tail -12 /tmp/logs/sanitize.log; tail -25 /tmp/logs/launch.log; tail -15 /tmp/logs/embed.log

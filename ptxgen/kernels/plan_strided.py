@@ -34,7 +34,16 @@ from dataclasses import dataclass
 from ..arith import runtime_divisor
 from .fastcat import GpuTraits
 from .plan import MAX_STEPS, OPS, WIDE, Plan, Ptr, Step
-from .strided import COUNT_MAX, MAX_ARGS, MAX_PIECES, MAX_RANK, UNROLL, WIDTHS, StridedCopy, args_per_piece
+from .strided import (
+    COUNT_MAX,
+    MAX_ARGS,
+    MAX_RANK,
+    PIECES_PER_LAUNCH,
+    UNROLL,
+    WIDTHS,
+    StridedCopy,
+    args_per_piece,
+)
 
 __all__ = ["Box", "Dim", "StridedProblem", "copy_boxes", "fused_boxes", "make_strided_plan", "merged_dims"]
 
@@ -117,7 +126,7 @@ def fused_boxes(boxes: Sequence[Sequence[Box]]) -> list[list[Box]]:
     group: list[Box] = []
     for box in (piece[0] for piece in boxes if len(piece) == 1):
         rank = max(box.rank, *(b.rank for b in group)) if group else box.rank
-        if group and (len(group) == MAX_PIECES or (len(group) + 1) * args_per_piece(rank) > MAX_ARGS):
+        if group and (len(group) == PIECES_PER_LAUNCH or (len(group) + 1) * args_per_piece(rank) > MAX_ARGS):
             launches.append(group)
             group = []
         group.append(box)

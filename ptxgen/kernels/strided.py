@@ -6,9 +6,10 @@ of ``rank`` dims (outermost first) with a stride per dim on each side, in elemen
 
     dst[dst_origin + sum(c[k] * dst_stride[k])] = src[src_origin + sum(c[k] * src_stride[k])]
 
-for every coordinate ``c`` of the box. The planner (:func:`strided_steps`) merges the
-dims it can, puts the destination's smallest stride innermost (consecutive threads then
-write consecutive elements), and cuts what a launch cannot index into several launches.
+for every coordinate ``c`` of the box. The planner
+(:func:`~ptxgen.kernels.plan_strided.make_strided_plan`) merges the dims it can, puts the
+destination's smallest stride innermost (consecutive threads then write consecutive
+elements), and cuts what a launch cannot index into several launches.
 
 **Launch contract.** ``count = extent_0 * extent_1 * ... * extent_{rank-1}`` elements,
 ``cdiv(count, block * UNROLL)`` CTAs of ``block`` threads; element ``i`` (row-major over
@@ -31,11 +32,15 @@ own box; launched one at a time, a small op pays a launch and a grid's tail per 
 boxes of the same rank, each with its own arguments (``piece{i}_src``, ...), and the
 grid has P rows: CTA ``(x, i)`` copies elements ``x * block * UNROLL ...`` of piece
 ``i``'s box, and the CTAs past a shorter piece's end do nothing. Each piece's code is
-its own section of the kernel, reached by one branch on ``%ctaid.y``: no piece pays for
-another's arguments. A launch holds at most :data:`MAX_ARGS` arguments, the most the
-runtime's compiled launcher packs (``MAX_PARAMS`` in runtime/_fastlaunch.c), so the
-planner puts ``MAX_ARGS // args_per_piece(rank)`` pieces (at most :data:`MAX_PIECES`)
-in one launch.
+its own section of the kernel, which the CTAs of grid row ``i`` reach past ``i`` compares
+of ``%ctaid.y`` (one compare-and-branch a section before theirs): no piece loads another's
+arguments. The pieces must not overlap one another: one launch reads its sources through
+the non-coherent path (``ld.global.nc``), so a piece cannot read what another writes
+(the ops refuse overlapping arrays before planning). A launch holds at most
+:data:`MAX_ARGS` arguments, the most the runtime's compiled launcher packs
+(``MAX_PARAMS`` in runtime/_fastlaunch.c), so the planner
+(:func:`~ptxgen.kernels.plan_strided.fused_boxes`) puts ``MAX_ARGS //
+args_per_piece(rank)`` pieces (at most :data:`PIECES_PER_LAUNCH`) in one launch.
 """
 
 from __future__ import annotations
@@ -57,8 +62,8 @@ from .fastcat_common import BYTES_IN, BYTES_OUT, U32, U64, check_block, check_ch
 __all__ = [
     "COUNT_MAX",
     "MAX_ARGS",
-    "MAX_PIECES",
     "MAX_RANK",
+    "PIECES_PER_LAUNCH",
     "UNROLL",
     "WIDTHS",
     "StridedCopy",
@@ -71,7 +76,7 @@ WIDTHS = (1, 2, 4, 8, 16)  # element sizes: the copy moves bits, so one kernel p
 # The most elements one launch copies: every thread's index, up to the grid's last one,
 # stays below 2**31 (block * UNROLL <= 4,096 past count).
 COUNT_MAX = (1 << 31) - 4096
-MAX_PIECES = 8  # boxes one launch copies (its grid's rows)
+PIECES_PER_LAUNCH = 8  # boxes one launch copies (its grid's rows); not the C launcher's MAX_PIECES
 MAX_ARGS = 64  # the arguments one launch takes: the runtime's compiled launcher's MAX_PARAMS
 I32, I64 = Scalar("i32"), Scalar("i64")
 
@@ -109,7 +114,7 @@ class StridedCopy(KernelBase):
         check_choice(width, "width", WIDTHS)
         check_choice(rank, "rank", tuple(range(1, MAX_RANK + 1)))
         check_choice(wide_strides, "wide_strides", (False, True))
-        most = min(MAX_PIECES, MAX_ARGS // args_per_piece(rank))
+        most = min(PIECES_PER_LAUNCH, MAX_ARGS // args_per_piece(rank))
         check_choice(
             pieces,
             f"pieces (of rank {rank}: {args_per_piece(rank)} arguments each)",
@@ -215,7 +220,7 @@ class StridedCopy(KernelBase):
         from each pointer, the elements up to the largest offset of the box. Raises
         :class:`FootprintError` where an offset would fall below the pointer (an origin
         too small for a negative stride), or for scalars :meth:`extents` refuses, or a
-        grid past the 2**31 indices or not of one row a piece."""
+        grid past the 2**31 indices, short of a piece's count, or not of one row a piece."""
         check_launch_block(self.name, block, self.block)
         if grid[0] * self.block_size * UNROLL > 1 << 31:
             raise FootprintError(f"{self.name}: grid.x = {grid[0]} gives thread indices past 2**31")
@@ -225,6 +230,12 @@ class StridedCopy(KernelBase):
         for piece in range(self.pieces):
             name = functools.partial(self.arg_name, piece=piece)
             extents = self.extents(scalars, piece)
+            count, per_cta = scalars[name("count")], self.block_size * UNROLL
+            if grid[0] * per_cta < count:  # a short grid would copy the start of the box, silently
+                raise FootprintError(
+                    f"{self.name}: grid.x = {grid[0]} covers {grid[0] * per_cta} elements and "
+                    f"{name('count')} = {count} needs {-(-count // per_cta)} CTAs of {per_cta}"
+                )
             for side, writes in (("src", False), ("dst", True)):
                 elements = 0
                 if scalars[name("count")]:

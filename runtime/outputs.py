@@ -67,28 +67,24 @@ def outputs_of(
     """:func:`new_outputs` given each result's ``(shape, strides)``, dense in ``order``:
     a route's ``results``, worked out once for every call of its kind. The C lane makes
     the results of calls on CuPy arrays and DeviceArrays with it too."""
+    # CuPy first: the C lane makes torch's results itself and calls this for CuPy's and
+    # DeviceArrays' only.
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(like, cupy.ndarray):
+        arrays = _cupy_outputs(cupy, like, stream, results, order)
+        return arrays, [a.data.ptr for a in arrays]
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(like, torch.Tensor):
         arrays = _torch_outputs(torch, like, stream, results)
         return arrays, [a.data_ptr() for a in arrays]
-    shapes = [shape for shape, _ in results]
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and isinstance(like, cupy.ndarray):
-        arrays = _cupy_outputs(cupy, like, stream, _in_memory(shapes, order))
-        arrays = arrays if order is None else [a.transpose(inverse(order)) for a in arrays]
-        return arrays, [a.data.ptr for a in arrays]
     if order is not None:
         raise ValueError(
             f"the results would be runtime.DeviceArrays, which are row-major, and the input is "
             f"{describe_order(order, len(order))}: pass out= arrays in the input's memory order, "
             "or a row-major input"
         )
-    arrays = device.empty_group(shapes, dtype, stream=stream)
+    arrays = device.empty_group([shape for shape, _ in results], dtype, stream=stream)
     return arrays, [a.ptr for a in arrays]
-
-
-def _in_memory(shapes: Sequence[tuple[int, ...]], order: tuple[int, ...] | None) -> list[tuple[int, ...]]:
-    return list(shapes) if order is None else [permuted(s, order) for s in shapes]
 
 
 def torch_stream_reader() -> Callable[[int], int] | None:
@@ -131,22 +127,39 @@ def _torch_outputs(
         return make()
 
 
-def _cupy_outputs(cupy: Any, like: Any, stream: int, shapes: Sequence[tuple[int, ...]]) -> list[Any]:
-    # Made on like's device: made current only where it is not (a Device context costs
-    # CuPy two runtime calls and a Python object a call).
+def _cupy_outputs(
+    cupy: Any,
+    like: Any,
+    stream: int,
+    results: Sequence[tuple[tuple[int, ...], tuple[int, ...]]],
+    order: tuple[int, ...] | None,
+) -> list[Any]:
+    # CuPy's pool keeps an arena per device and stream, the ones current at allocation: like's
+    # device and the op's stream, made current only where they are not (a Device context
+    # costs CuPy two runtime calls and a Python object a call). This runs on every allocating
+    # call on CuPy arrays, the C lane's too, so it reads as little as it can: the C lane's
+    # rows missed issue 23's host limit by 0.3-0.7 us while this branch cost 1.3-1.4 us more
+    # than cupy.empty itself (lab/data/alloc-state-1fee6bc2.json).
+    cuda = cupy.cuda
     device = like.data.device_id
-    if cupy.cuda.runtime.getDevice() != device:
-        with cupy.cuda.Device(device):
-            return _cupy_empty(cupy, like, stream, shapes)
-    return _cupy_empty(cupy, like, stream, shapes)
+    if cuda.runtime.getDevice() == device and same_stream(cuda.get_current_stream().ptr, stream):
+        return _cupy_empty(cupy.ndarray, like.dtype, results, order)
+    with cuda.Device(device), _cupy_stream(cupy, stream):
+        return _cupy_empty(cupy.ndarray, like.dtype, results, order)
 
 
-def _cupy_empty(cupy: Any, like: Any, stream: int, shapes: Sequence[tuple[int, ...]]) -> list[Any]:
-    # CuPy's pool keeps an arena per stream: the one current at allocation, the op's.
-    if same_stream(cupy.cuda.get_current_stream().ptr, stream):
-        return [cupy.empty(s, dtype=like.dtype) for s in shapes]
-    with _cupy_stream(cupy, stream):
-        return [cupy.empty(s, dtype=like.dtype) for s in shapes]
+def _cupy_empty(
+    ndarray: Any,
+    dtype: Any,
+    results: Sequence[tuple[tuple[int, ...], tuple[int, ...]]],
+    order: tuple[int, ...] | None,
+) -> list[Any]:
+    # ndarray(shape, dtype) is what cupy.empty calls, without its Python frame; a result in
+    # another memory order is made in that order and viewed back in the input's.
+    if order is None:
+        return [ndarray(shape, dtype) for shape, _ in results]
+    back = inverse(order)
+    return [ndarray(permuted(shape, order), dtype).transpose(back) for shape, _ in results]
 
 
 class _StreamHandle:

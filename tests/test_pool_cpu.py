@@ -733,15 +733,22 @@ def test_cupy_results_are_made_on_the_ops_stream_through_the_stream_protocol(mon
         runtime=types.SimpleNamespace(getDevice=lambda: devices[-1]),
     )
 
-    def empty(shape, dtype):
-        made.append((shape, dtype, current[-1] if current else 0))
-        assert devices[-1] == like.data.device_id  # on like's device
-        return types.SimpleNamespace(data=types.SimpleNamespace(ptr=0x3000))
+    class Ndarray:  # made as cupy.empty makes it: ndarray(shape, dtype)
+        def __init__(self, shape, dtype):
+            made.append((shape, dtype, current[-1] if current else 0))
+            assert devices[-1] == like.data.device_id  # on like's device
+            self.shape, self.data = shape, types.SimpleNamespace(ptr=0x3000)
 
-    fake = types.SimpleNamespace(cuda=cuda, empty=empty, ndarray=types.SimpleNamespace)
+        def transpose(self, axes):
+            view = Ndarray.__new__(Ndarray)
+            view.shape, view.data = tuple(self.shape[a] for a in axes), self.data
+            return view
+
+    fake = types.SimpleNamespace(cuda=cuda, ndarray=Ndarray)
     monkeypatch.setitem(sys.modules, "cupy", fake)
     f32 = ptxgen.resolve_dtype("f32")
-    like = types.SimpleNamespace(data=types.SimpleNamespace(device_id=0), dtype="float32")
+    like = Ndarray.__new__(Ndarray)
+    like.data, like.dtype = types.SimpleNamespace(device_id=0), "float32"
     results = (((4, 2), (2, 1)), ((4, 4), (4, 1)))
     # (CuPy's current stream, the op's, where the results are made)
     for cupys, handle, where in ((0, 0, 0), (0x55, 0, 0), (0x55, 1, 0), (0, 0x77, 0x77)):
@@ -757,5 +764,15 @@ def test_cupy_results_are_made_on_the_ops_stream_through_the_stream_protocol(mon
     outputs.outputs_of(like, None, 0x88, results, f32, None)
     assert [m[2] for m in made] == [0x88, 0x88]
     like.data.device_id = 1  # another device than CuPy's current one: made current around them
+    made.clear()
     outputs.outputs_of(like, None, 0x88, results, f32, None)
-    assert devices == [0]
+    assert [m[2] for m in made] == [0x88, 0x88] and devices == [0] and current == [0]
+    like.data.device_id = 0  # channels_last: made in memory order, viewed in the input's
+    made.clear()
+    channels_last = (0, 2, 3, 1)
+    arrays, addresses = outputs.outputs_of(
+        like, None, 0, [((2, 3, 4, 5), (60, 1, 15, 3))], f32, channels_last
+    )
+    assert (
+        made == [((2, 4, 5, 3), "float32", 0)] and arrays[0].shape == (2, 3, 4, 5) and addresses == [0x3000]
+    )

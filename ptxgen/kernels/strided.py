@@ -238,7 +238,7 @@ class StridedCopy(KernelBase):
                 )
             for side, writes in (("src", False), ("dst", True)):
                 elements = 0
-                if scalars[name("count")]:
+                if count:
                     strides = [scalars[name(f"{side}_stride{k}")] for k in range(self.rank)]
                     origin = scalars[name(f"{side}_origin")]
                     low = origin + sum(min(0, (e - 1) * s) for e, s in zip(extents, strides))

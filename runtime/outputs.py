@@ -135,17 +135,22 @@ def _cupy_outputs(
     order: tuple[int, ...] | None,
 ) -> list[Any]:
     # CuPy's pool keeps an arena per device and stream, the ones current at allocation: like's
-    # device and the op's stream, made current only where they are not (a Device context
-    # costs CuPy two runtime calls and a Python object a call). This runs on every allocating
-    # call on CuPy arrays, the C lane's too, so it reads as little as it can: the C lane's
-    # rows missed issue 23's host limit by 0.3-0.7 us while this branch cost 1.3-1.4 us more
-    # than cupy.empty itself (lab/data/alloc-state-1fee6bc2.json).
-    cuda = cupy.cuda
+    # device and the op's stream. Where both are current already (every call the C lane
+    # hands here), nothing is switched; else the stream alone where the device is current,
+    # or the device and then the stream (a Device context costs CuPy two runtime calls and
+    # a Python object a call). This runs on every allocating call on CuPy arrays, so it
+    # reads as little as it can: the C lane's rows missed issue 23's host limit by 0.3-0.7 us
+    # while this branch cost 1.3-1.4 us more than cupy.empty itself
+    # (lab/data/alloc-state-1fee6bc2.json; 0.6-0.9 since, alloc-state-e9765b6b.json).
+    cuda, ndarray, dtype = cupy.cuda, cupy.ndarray, like.dtype
     device = like.data.device_id
-    if cuda.runtime.getDevice() == device and same_stream(cuda.get_current_stream().ptr, stream):
-        return _cupy_empty(cupy.ndarray, like.dtype, results, order)
+    if cuda.runtime.getDevice() == device:
+        if same_stream(cuda.get_current_stream().ptr, stream):
+            return _cupy_empty(ndarray, dtype, results, order)
+        with _cupy_stream(cupy, stream):
+            return _cupy_empty(ndarray, dtype, results, order)
     with cuda.Device(device), _cupy_stream(cupy, stream):
-        return _cupy_empty(cupy.ndarray, like.dtype, results, order)
+        return _cupy_empty(ndarray, dtype, results, order)
 
 
 def _cupy_empty(

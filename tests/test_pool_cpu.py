@@ -691,17 +691,20 @@ def test_an_array_of_a_closed_stream_is_freed_after_its_last_event(drv, monkeypa
 
 
 def test_cupy_results_are_made_on_the_ops_stream_through_the_stream_protocol(monkeypatch):
-    """CuPy's results are made with the op's stream current: as it is where CuPy's current
-    stream is the op's; else the legacy default stream as CuPy's null stream, another
-    handle through ``Stream.from_external`` (the CUDA stream protocol), or through
-    ``ExternalStream`` on a CuPy that has no ``from_external``."""
-    current = []
+    """CuPy's results are made on like's device with the op's stream current, switching
+    only what is not current already: nothing where both are (every call the C lane hands
+    over), the stream alone where the device is current, else the device and the stream.
+    The op's stream is the legacy default one as CuPy's null stream, another handle through
+    ``Stream.from_external`` (the CUDA stream protocol), or through ``ExternalStream`` on a
+    CuPy that has no ``from_external``."""
+    current, devices, switched = [], [0], []
 
     class Stream:
         def __init__(self, ptr):
             self.ptr = ptr
 
         def __enter__(self):
+            switched.append(("stream", self.ptr))
             current.append(self.ptr)
 
         def __exit__(self, *exc):
@@ -713,13 +716,12 @@ def test_cupy_results_are_made_on_the_ops_stream_through_the_stream_protocol(mon
 
     Stream.null = Stream(0)
 
-    devices = [0]
-
     class Device:
         def __init__(self, ordinal):
             self.ordinal = ordinal
 
         def __enter__(self):
+            switched.append(("device", self.ordinal))
             devices.append(self.ordinal)
 
         def __exit__(self, *exc):
@@ -737,7 +739,7 @@ def test_cupy_results_are_made_on_the_ops_stream_through_the_stream_protocol(mon
         def __init__(self, shape, dtype):
             made.append((shape, dtype, current[-1] if current else 0))
             assert devices[-1] == like.data.device_id  # on like's device
-            self.shape, self.data = shape, types.SimpleNamespace(ptr=0x3000)
+            self.shape, self.data = shape, types.SimpleNamespace(ptr=0x3000 + 0x100 * len(made))
 
         def transpose(self, axes):
             view = Ndarray.__new__(Ndarray)
@@ -750,29 +752,38 @@ def test_cupy_results_are_made_on_the_ops_stream_through_the_stream_protocol(mon
     like = Ndarray.__new__(Ndarray)
     like.data, like.dtype = types.SimpleNamespace(device_id=0), "float32"
     results = (((4, 2), (2, 1)), ((4, 4), (4, 1)))
-    # (CuPy's current stream, the op's, where the results are made)
-    for cupys, handle, where in ((0, 0, 0), (0x55, 0, 0), (0x55, 1, 0), (0, 0x77, 0x77)):
-        made.clear()
+    channels_last, cl_results = (0, 2, 3, 1), [((2, 3, 4, 5), (60, 1, 15, 3))]
+
+    def make(handle, order=None, cases=results):
+        before = list(current)
+        made.clear(), switched.clear()
+        arrays, addresses = outputs.outputs_of(like, None, handle, cases, f32, order)
+        assert addresses == [a.data.ptr for a in arrays] and len(set(addresses)) == len(arrays)
+        assert current == before and devices == [0]  # whatever was switched, switched back
+        return arrays
+
+    # (CuPy's current stream, the op's, where the results are made, what was switched)
+    for cupys, handle, where, switches in (
+        (0, 0, 0, []),
+        (0, 1, 0, []),  # 0 and 1 both name the legacy default stream
+        (0x55, 0, 0, [("stream", 0)]),  # the null stream made current
+        (0x55, 1, 0, [("stream", 0)]),
+        (0, 0x77, 0x77, [("stream", 0x77)]),  # through from_external
+    ):
         current[:] = [cupys]
-        outputs.outputs_of(like, None, handle, results, f32, None)
-        assert made == [((4, 2), "float32", where), ((4, 4), "float32", where)]
-        assert current == [cupys]
+        make(handle)
+        assert made == [((4, 2), "float32", where), ((4, 4), "float32", where)] and switched == switches
     del Stream.from_external
     cuda.ExternalStream = lambda handle: Stream(handle)  # a CuPy before 14
-    made.clear()
     current[:] = [0]
-    outputs.outputs_of(like, None, 0x88, results, f32, None)
-    assert [m[2] for m in made] == [0x88, 0x88]
-    like.data.device_id = 1  # another device than CuPy's current one: made current around them
-    made.clear()
-    outputs.outputs_of(like, None, 0x88, results, f32, None)
-    assert [m[2] for m in made] == [0x88, 0x88] and devices == [0] and current == [0]
-    like.data.device_id = 0  # channels_last: made in memory order, viewed in the input's
-    made.clear()
-    channels_last = (0, 2, 3, 1)
-    arrays, addresses = outputs.outputs_of(
-        like, None, 0, [((2, 3, 4, 5), (60, 1, 15, 3))], f32, channels_last
-    )
-    assert (
-        made == [((2, 4, 5, 3), "float32", 0)] and arrays[0].shape == (2, 3, 4, 5) and addresses == [0x3000]
-    )
+    make(0x88)
+    assert [m[2] for m in made] == [0x88, 0x88] and switched == [("stream", 0x88)]
+    like.data.device_id = 1  # another device than CuPy's current one: it, then the stream
+    make(0x88)
+    assert [m[2] for m in made] == [0x88, 0x88] and switched == [("device", 1), ("stream", 0x88)]
+    (view,) = make(0, channels_last, cl_results)  # made in memory order, viewed in the input's
+    assert made == [((2, 4, 5, 3), "float32", 0)] and view.shape == (2, 3, 4, 5)
+    assert switched == [("device", 1), ("stream", 0)]
+    like.data.device_id = 0
+    (view,) = make(0, channels_last, cl_results)
+    assert made == [((2, 4, 5, 3), "float32", 0)] and view.shape == (2, 3, 4, 5) and switched == []

@@ -381,25 +381,15 @@ static int footprints_fit(Launch *L, footprint_cache_t *cache, const unsigned *g
     int hit = cache->valid && memcmp(cache->geometry, geometry, sizeof cache->geometry) == 0 &&
               (L->nscalars == 0 || memcmp(cache->scalars, scalars, 8 * (size_t)L->nscalars) == 0);
     if (!hit) {
-        /* The key the Python launcher uses: the one scalar, or a tuple of them. */
-        PyObject *key;
-        if (L->nscalars == 1) {
-            key = NULL;
-            for (Py_ssize_t i = 0; i < L->nparams; i++)
-                if (L->params[i].kind == SCALAR)
-                    key = args[i];
-            Py_INCREF(key);
-        } else {
-            key = PyTuple_New(L->nscalars);
-            if (key == NULL)
-                return -1;
-            Py_ssize_t k = 0;
-            for (Py_ssize_t i = 0; i < L->nparams; i++)
-                if (L->params[i].kind == SCALAR)
-                    PyTuple_SET_ITEM(key, k++, Py_NewRef(args[i]));
-        }
+        /* The scalars in order: the Python launcher makes its key of them (FootprintCheck.need). */
+        PyObject *values = PyTuple_New(L->nscalars);
+        if (values == NULL)
+            return -1;
+        for (Py_ssize_t i = 0, k = 0; i < L->nparams; i++)
+            if (L->params[i].kind == SCALAR)
+                PyTuple_SET_ITEM(values, k++, Py_NewRef(args[i]));
         PyObject *need = PyObject_CallFunction(L->footprint, "IIIIIIN", geometry[0], geometry[1],
-                                               geometry[2], geometry[3], geometry[4], geometry[5], key);
+                                               geometry[2], geometry[3], geometry[4], geometry[5], values);
         if (need == NULL) {
             if (!PyErr_ExceptionMatches(PyExc_Exception))
                 return -1;
@@ -1196,13 +1186,9 @@ static void Steps_dealloc(Steps *S) {
     Py_TYPE(S)->tp_free((PyObject *)S);
 }
 
-static PyObject *Steps_get_fallback(Steps *S, void *unused) {
-    return Py_NewRef(S->fallback != NULL ? S->fallback : Py_None);
-}
-
-static PyGetSetDef Steps_getset[] = {
-    {"python", (getter)Steps_get_fallback, NULL, "the Python function of the same steps", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
+static PyMemberDef Steps_members[] = { /* T_OBJECT: None once cleared */
+    {"python", T_OBJECT, offsetof(Steps, fallback), READONLY, "the Python function of the same steps"},
+    {NULL, 0, 0, 0, NULL},
 };
 
 static PyTypeObject StepsType = {
@@ -1217,7 +1203,7 @@ static PyTypeObject StepsType = {
     .tp_clear = (inquiry)Steps_clear,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(Steps, vectorcall),
-    .tp_getset = Steps_getset,
+    .tp_members = Steps_members,
 };
 
 /* --- the ops' lane ------------------------------------------------------------------- */

@@ -335,10 +335,13 @@ class FootprintCheck:
         cache.last = (key, answer)
         return answer
 
-    def need(self, *geometry_and_key: Any) -> tuple[int, ...]:
-        """The answer for ``gx, gy, gz, bx, by, bz, key``: what the compiled path asks
-        when its own last answer is for another launch."""
-        *geometry, key = geometry_and_key
-        cache = self.at(tuple(geometry))
+    def need(
+        self, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, scalars: tuple[int, ...]
+    ) -> tuple[int, ...]:
+        """The answer for a launch of that grid and block with the scalar values ``scalars``
+        (in order): what the compiled path asks when its own last answer is for another
+        launch. The key is made as ``scalars_key`` makes it: the one scalar, or the tuple."""
+        key = scalars[0] if len(scalars) == 1 else scalars
+        cache = self.at((gx, gy, gz, bx, by, bz))
         need = cache.get(key)
         return need if need is not None else self.compute(cache, key)

@@ -16,25 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "lab")]
 
-
-def per_call_us(call, loop: int = 2000, reps: int = 15) -> float:  # type: ignore[no-untyped-def]
-    for _ in range(loop):
-        call()
-    batches = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        for _ in range(loop):
-            call()
-        batches.append((time.perf_counter() - start) / loop * 1e6)
-    return statistics.median(batches)
+from pool_probe import per_call_us  # noqa: E402  (lab/: the same batches of calls)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = {}
     for _pass in range(2):
         for name, call in calls.items():
-            rows.setdefault(name, []).append(round(per_call_us(call), 3))
+            rows.setdefault(name, []).append(per_call_us(call, 2000, 15))
     for name, us in rows.items():
         print(f"{name:48s}", "  ".join(f"{u:7.3f}" for u in us), "us")
     if args.output is not None:

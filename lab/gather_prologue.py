@@ -232,17 +232,22 @@ def run(args: argparse.Namespace) -> int:
     return bench.main([*argv, "--out-dir", str(args.out_dir)])
 
 
+def times_by_case(run_dir: Path) -> dict[str, dict[str, float]]:
+    """A bench run's ``results.json``: per case (``op shape dtype``), each correct method's
+    median microseconds."""
+    by_case: dict[str, dict[str, float]] = {}
+    for r in json.loads((run_dir / "results.json").read_text())["results"]:
+        if r.get("us") and r.get("correct"):
+            by_case.setdefault(f"{r['op']} {r['shape']} {r['dtype']}", {})[r["method"]] = r["us"]
+    return by_case
+
+
 def summarize(dirs: list[Path], output: Path | None) -> int:
     """Per case and method, the median time of each run, and its share of the flat copy's
     and the Triton peer's speed in the same run."""
     rows: dict[str, dict[str, list[dict[str, float]]]] = {}
     for d in dirs:
-        doc = json.loads((d / "results.json").read_text())
-        by_case: dict[str, dict[str, float]] = {}
-        for r in doc["results"]:
-            if r.get("us") and r.get("correct"):
-                by_case.setdefault(f"{r['op']} {r['shape']} {r['dtype']}", {})[r["method"]] = r["us"]
-        for case, times in by_case.items():
+        for case, times in times_by_case(d).items():
             flat, peer = times.get("flat_copy"), times.get("triton: 2-D tiles, tuned")
             for name, us in times.items():
                 if name.startswith("ours") or name.startswith("triton"):

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts"), str(ROOT / "lab")]
 
 ONLY = r"^(split|concat) 2048x|^(split|concat) 512x|^gather 524288x80|^gather 4194304x4"
 FAMILY_MODULES = ("fastcat_rect", "fastcat_vec", "fastcat_tile", "fastcat_rowpack")
@@ -94,13 +94,10 @@ def summarize(dirs: list[Path], output: Path | None) -> int:
     """Per case: each pass's time of the patched kernel, of the same plan with the wait
     first, and their ratio; the flat copy's share for both."""
     rows: dict[str, list[dict[str, float]]] = {}
+    from gather_prologue import times_by_case
+
     for d in dirs:
-        doc = json.loads((d / "results.json").read_text())
-        times: dict[str, dict[str, float]] = {}
-        for r in doc["results"]:
-            if r.get("us") and r.get("correct"):
-                times.setdefault(f"{r['op']} {r['shape']} {r['dtype']}", {})[r["method"]] = r["us"]
-        for case, t in times.items():
+        for case, t in times_by_case(d).items():
             for name in ("ours: fused", "ours: vector"):
                 if name in t and f"{name}, wait first" in t:
                     late, first, flat = t[name], t[f"{name}, wait first"], t["flat_copy"]

@@ -13,6 +13,7 @@ op launches anything.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -147,9 +148,10 @@ def _cupy_outputs(
     if cuda.runtime.getDevice() == device:
         if same_stream(cuda.get_current_stream().ptr, stream):
             return _cupy_empty(ndarray, dtype, results, order)
-        with _cupy_stream(cupy, stream):
-            return _cupy_empty(ndarray, dtype, results, order)
-    with cuda.Device(device), _cupy_stream(cupy, stream):
+        switch_device: Any = contextlib.nullcontext()
+    else:
+        switch_device = cuda.Device(device)
+    with switch_device, _cupy_stream(cupy, stream):
         return _cupy_empty(ndarray, dtype, results, order)
 
 

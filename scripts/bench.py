@@ -14,7 +14,8 @@ How each case is measured:
     kernel holds the GPU for --spin-us while the host queues the op (so host launch
     cost stays out of device time), then a read of an unrelated 256 MB buffer fills
     the L2 (60 MB on an H200) with clean lines: every method starts alike;
-  * methods interleaved run by run, --reps runs each after --warmup, the median taken;
+  * methods interleaved run by run, the order rotated each round, --reps runs each
+    after --warmup, the median taken;
   * GB/s = honest traffic / time: bytes written plus every 32-byte sector of the
     source that holds needed bytes;
   * the ceiling: the better of cuMemcpyDtoD and a flat 16-byte copy kernel (PTX,
@@ -114,17 +115,23 @@ class Context:
     def time_runs(
         self, runs: dict[str, Any], reps: int, checks: dict[str, Runner] | None = None
     ) -> tuple[dict[str, list[float]], dict[str, str]]:
-        """Milliseconds of each of ``reps`` runs of every callable, interleaved run by run.
-        A callable that raises is dropped and its error returned. ``checks``: the runners
-        whose last timed run is checked (outputs poisoned before it, compared after it,
-        before the next method overwrites them); the outcome is in :attr:`last_checked`."""
+        """Milliseconds of each of ``reps`` runs of every callable, interleaved run by run,
+        the order rotated by one each round: each callable is timed first, second, ... as
+        often as the others, so no place in the round favours one (two forms of one kernel
+        timed in a fixed order disagreed by up to 16% on 4 us kernels,
+        lab/data/pdl-wait-ab.json). A callable that raises is dropped and its error
+        returned. ``checks``: the runners whose last timed run is checked (outputs poisoned
+        before it, compared after it, before the next method overwrites them); the outcome
+        is in :attr:`last_checked`."""
         times: dict[str, list[float]] = {name: [] for name in runs}
         failed: dict[str, str] = {}
         self.last_checked: dict[str, bool] = {}
+        order = list(runs.items())
         for rep in range(reps):
             marks = []
             last = checks is not None and rep == reps - 1
-            for name, run in runs.items():
+            shift = rep % len(order) if order else 0
+            for name, run in order[shift:] + order[:shift]:
                 if name in failed:
                     continue
                 runner = checks.get(name) if last and checks is not None else None

@@ -302,8 +302,9 @@ and Triton. Raw numbers: `results.json`; per shape: `bandwidth.png`.
   kernel holds the GPU while the host queues the op, so host launch cost stays out of
   device time (the launch path has its own benchmark), and then a read of an unrelated
   256 MB buffer fills the 60 MB L2 with clean lines of no use to anyone: every method,
-  whatever ran before it, starts alike. Methods interleave run by run; the median of
-  the runs after warm-up is reported.
+  whatever ran before it, starts alike. Methods interleave run by run, their order
+  rotated by one each round so none keeps a place; the median of the runs after warm-up
+  is reported.
 - Honest traffic: bytes written plus every 32-byte sector of the source holding
   needed bytes (`bench_cases.sector_bytes`): a slice narrower than a sector still
   costs the sector. Gathers are also counted in whole 64-byte units

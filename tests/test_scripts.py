@@ -300,3 +300,27 @@ def test_the_runtimes_switches_make_a_run_partial(monkeypatch):
     monkeypatch.setenv("PTXGEN_COMPILED_LAUNCH", "0")
     monkeypatch.setenv("PYTEST_ADDOPTS", "-k ops")
     assert gpu_check._switches() == {"PTXGEN_COMPILED_LAUNCH": "0", "PYTEST_ADDOPTS": "-k ops"}
+
+
+def test_the_benchmark_rotates_its_methods_round_by_round():
+    """Each method is timed at each place in the round equally often: a fixed order let
+    the place, not the kernel, decide comparisons of 4 us kernels (lab/README.md)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import bench
+
+    class Event:
+        def record(self) -> None:
+            pass
+
+        def elapsed_ms(self, end: Event) -> float:
+            return 1.0
+
+    ctx = object.__new__(bench.Context)  # no device: events, prelude and sync stood in
+    ctx._event_pair = lambda index: (Event(), Event())
+    ctx._prelude = lambda rep: None
+    ctx.dev = type("Dev", (), {"synchronize": lambda self: None})()
+    calls: list[str] = []
+    runs = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    times, failed = ctx.time_runs(runs, 6)
+    assert calls == list("abcbcacababcbcacab") and not failed
+    assert {name: len(t) for name, t in times.items()} == {"a": 6, "b": 6, "c": 6}

@@ -130,7 +130,7 @@ class Context:
         for rep in range(reps):
             marks = []
             last = checks is not None and rep == reps - 1
-            shift = rep % len(order) if order else 0
+            shift = rep % max(len(order), 1)
             for name, run in order[shift:] + order[:shift]:
                 if name in failed:
                     continue

@@ -18,7 +18,8 @@ compiler. For every case, timed the same way on both sides (scripts/bench_ops.py
     number, on the op's stream (a write leaves the L2 dirty, and an op after it pays for
     writing it back; in the record of 2026-12-01 the Python side flushed by a read and the
     C op, on the same plans, measured 0.90-1.18x the Python op's time); the median, and
-    of :data:`ROUNDS` rounds that time the two sides in turn, the median;
+    of :data:`ROUNDS` rounds that time the two sides in turn (C first in even rounds,
+    Python first in odd ones, so neither always runs second), the median;
   * ``c_host_us`` / ``python_host_us``: host time of one call, the device idle before; the
     median (the C program's launches are planned once per shape and replayed, as the Python
     op's plan is made once per shape);
@@ -50,10 +51,14 @@ from bench_cases import sweep_cases  # noqa: E402
 OUT = ROOT / "docs" / "perf" / "embed.json"
 EXAMPLE = ROOT / "examples" / "c"
 SWEEP_SHAPES, SWEEP_SEED = 10, 25  # 10 shapes as a split and a concat: 20 cases
-# Rounds a case is timed in, each the C program's run then the Python op's: the sides'
+# Rounds a case is timed in, each one C program run and one Python op's: the sides'
 # figures are the medians of their rounds' medians. (One round each, C then Python, put
 # 0.3 us between the same kernels on an 11 us op in the record of tree c1db2867: 1.033x.)
-ROUNDS = 3
+# Which side goes first alternates round by round (an even count: each first as often):
+# with C always first, one 5 us split missed the 1.03x target in every record since tree
+# 2d2d72e9, and in scripts/bench.py a fixed order of methods biased same-run comparisons
+# by a few percent (lab/README.md, pdl_wait_ab.py).
+ROUNDS = 4
 GPU_RATIO = 1.03  # the C op's GPU time may be at most this times the Python op's
 FLUSH_BYTES = 256 << 20  # the C program's flush buffer (examples/c: time_op)
 
@@ -94,6 +99,13 @@ def parse_c_timing(stdout: str) -> dict[str, Any]:
         if key not in timing:
             raise ValueError(f"the C program's timing line has no {key!r}: {lines[0]!r}")
     return timing
+
+
+def round_orders(rounds: int, first: Any, second: Any) -> list[tuple[Any, Any]]:
+    """The two sides' order in each of ``rounds`` rounds: ``first`` leads the even rounds,
+    ``second`` the odd ones, so that drift within a round, or a cost that falls on whichever
+    runs first or second, lands on both sides alike."""
+    return [(first, second) if r % 2 == 0 else (second, first) for r in range(rounds)]
 
 
 def check_targets(record: dict[str, Any]) -> list[str]:
@@ -176,6 +188,36 @@ def _python_case(bench: Any, torch: Any, case: dict[str, Any]) -> tuple[float, f
     return gpu_us, host_us, correct
 
 
+def _time_rounds(
+    program: Path, bundle: Path, case: dict[str, Any], reps: int, rounds: int, bench: Any
+) -> tuple[list[dict[str, Any]], list[tuple[float, float]], bool]:
+    """Each side's timings over ``rounds`` rounds (the order alternating, :func:`round_orders`),
+    and whether every Python result was correct."""
+    import torch
+
+    c_runs: list[dict[str, Any]] = []
+    python_runs: list[tuple[float, float]] = []
+    all_correct = True
+
+    def time_c() -> None:
+        timed = _run_c(program, bundle, case, "--time", str(reps))
+        if timed.returncode:
+            where = f"{op_id(case)} at {case['rows']} rows"
+            raise SystemExit(f"bench_embed: {where}: {timed.stderr.strip()}")
+        c_runs.append(parse_c_timing(timed.stdout))
+
+    def time_python() -> None:
+        nonlocal all_correct
+        python_us, python_host_us, correct = _python_case(bench, torch, case)
+        python_runs.append((python_us, python_host_us))
+        all_correct = all_correct and correct
+
+    for sides in round_orders(rounds, time_c, time_python):
+        for side in sides:
+            side()
+    return c_runs, python_runs, all_correct
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and sweep shapes")
@@ -204,17 +246,9 @@ def main(argv: list[str] | None = None) -> int:
         bench = Bench(torch, reps=reps, warmup=10, flush=write_flush(torch))
         results = []
         for case in cases:
-            checked = _run_c(program, work / "ops", case)
-            c_runs, python_runs, python_correct = [], [], True
-            for _ in range(rounds):  # the two sides in turn, so that drift falls on both
-                timed = _run_c(program, work / "ops", case, "--time", str(reps))
-                if timed.returncode:
-                    where = f"{op_id(case)} at {case['rows']} rows"
-                    raise SystemExit(f"bench_embed: {where}: {timed.stderr.strip()}")
-                c_runs.append(parse_c_timing(timed.stdout))
-                python_us, python_host_us, correct = _python_case(bench, torch, case)
-                python_runs.append((python_us, python_host_us))
-                python_correct = python_correct and correct
+            checked = _run_c(program, work / "ops", case)  # the C program's self-test
+            timed = _time_rounds(program, work / "ops", case, reps, rounds, bench)
+            c_runs, python_runs, python_correct = timed
             results.append({
                 "op": case["op"], "dtype": case["dtype"], "rows": case["rows"], "sizes": case["sizes"],
                 "group": case["group"],

@@ -470,3 +470,17 @@ def test_bench_embed_cases_bundle_and_its_targets_are_checked(tmp_path):
     assert bench_embed.check_targets({"cases": [good]}) == []
     slow = {**good, "c_us": 5.2, "c_host_us": 3.5, "correct": False}
     assert len(bench_embed.check_targets({"cases": [slow]})) == 3
+
+
+def test_bench_embed_alternates_which_side_runs_first():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import bench_embed
+
+    calls = []
+    for sides in bench_embed.round_orders(bench_embed.ROUNDS, "c", "python"):
+        calls.extend(sides)
+    assert bench_embed.ROUNDS % 2 == 0, "an even count of rounds: each side first as often"
+    assert calls[::2].count("c") == calls[::2].count("python") == bench_embed.ROUNDS // 2
+    assert calls[:4] == ["c", "python", "python", "c"]

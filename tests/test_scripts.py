@@ -14,6 +14,10 @@ from conftest import ROOT
 import ptxgen
 import runtime
 
+# The scripts import each other by bare name (as they do when run): one entry, once.
+if str(ROOT / "scripts") not in sys.path:
+    sys.path.insert(0, str(ROOT / "scripts"))
+
 
 def launch(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -86,7 +90,6 @@ def test_launch_script_refuses_bad_options_in_one_line(args, message):
 
 
 def test_the_launch_plan_bytes_are_the_param_layout():
-    sys.path.insert(0, str(ROOT / "scripts"))
     import launch_channel_cat_backward as script
 
     kernel = ptxgen.ChannelCatBackward("f64", 256)
@@ -106,7 +109,6 @@ def test_tree_hash_is_printed_and_stable():
 
 
 def test_tree_hash_covers_the_code(tmp_path):
-    sys.path.insert(0, str(ROOT / "scripts"))
     import gpu_check
 
     folders = ("examples", "ptxgen", "runtime", "scripts", "tests")
@@ -140,7 +142,6 @@ def test_the_committed_record_is_a_complete_passing_run_of_this_tree():
     """docs/gpu-check.json must record a complete, passing GPU run of exactly this code,
     through a compiled launch built from this tree's C source: run
     ``python scripts/gpu_check.py`` on a GPU machine after the last change."""
-    sys.path.insert(0, str(ROOT / "scripts"))
     import gpu_check
 
     record = json.loads((ROOT / "docs" / "gpu-check.json").read_text())
@@ -191,7 +192,6 @@ def _record(**changes):
 
 
 def test_a_record_attests_only_a_complete_clean_run():
-    sys.path.insert(0, str(ROOT / "scripts"))
     import gpu_check
 
     assert gpu_check.status_of(_record()) == "passed"
@@ -202,7 +202,6 @@ def test_a_record_attests_only_a_complete_clean_run():
 
 
 def test_junit_counts_per_file(tmp_path):
-    sys.path.insert(0, str(ROOT / "scripts"))
     import gpu_check
 
     report = tmp_path / "junit.xml"
@@ -223,7 +222,6 @@ def test_junit_counts_per_file(tmp_path):
 
 
 def test_gpu_check_refuses_to_write_a_record_without_a_gpu(tmp_path, monkeypatch, capsys):
-    sys.path.insert(0, str(ROOT / "scripts"))
     import gpu_check
 
     record = tmp_path / "docs" / "gpu-check.json"
@@ -256,7 +254,6 @@ def test_gpu_check_script_without_a_gpu_exits_non_zero_and_leaves_the_record(tmp
 
 
 def test_launch_benchmark_tables_its_record():
-    sys.path.insert(0, str(ROOT / "scripts"))
     import bench_launch
 
     record = {
@@ -290,7 +287,6 @@ def test_launch_benchmark_tables_its_record():
 
 
 def test_the_runtimes_switches_make_a_run_partial(monkeypatch):
-    sys.path.insert(0, str(ROOT / "scripts"))
     import gpu_check
 
     for name in [k for k in os.environ if k.startswith("PTXGEN_") or k == "PYTEST_ADDOPTS"]:
@@ -305,7 +301,6 @@ def test_the_runtimes_switches_make_a_run_partial(monkeypatch):
 def test_the_benchmark_rotates_its_methods_round_by_round():
     """Each method is timed at each place in the round equally often: a fixed order let
     the place, not the kernel, decide comparisons of 4 us kernels (lab/README.md)."""
-    sys.path.insert(0, str(ROOT / "scripts"))
     import bench
 
     class Event:

@@ -15,6 +15,14 @@ python3 scripts/bench_embed.py > /tmp/logs/embed.log 2>&1; echo embed rc $?
 # studies after the records (their output in logs/, in the same tarball)
 timeout 120 python3 lab/alloc_state_probe.py --passes 3 --out /tmp/logs/alloc-state.json > /tmp/logs/alloc-state.log 2>&1
 echo alloc-state rc $?
+# the small shapes: planned rect against it built without dependent launch and the one-column patch
+for pass in 1 2; do
+    timeout 90 python3 lab/rect_prologue.py --out-dir /tmp/logs/rect-prologue-$pass --reps 100 \
+        --cases '2048x\(3\+5\+24\)|512x\(64\*2\)' > /tmp/logs/rect-prologue-$pass.log 2>&1
+    echo rect-prologue pass $pass rc $?
+done
+python3 lab/rect_prologue.py --summarize /tmp/logs/rect-prologue-1 /tmp/logs/rect-prologue-2 \
+    -o /tmp/logs/rect-prologue-small.json | tail -3
 tar czf "$OUT/records-b.tgz" docs/sanitizer.json docs/perf/launch.json docs/perf/launch.md docs/perf/ops.json \
     docs/perf/ops.md docs/perf/embed.json -C /tmp logs
 tail -12 /tmp/logs/sanitize.log; tail -25 /tmp/logs/launch.log; tail -15 /tmp/logs/embed.log

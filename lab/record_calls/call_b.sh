@@ -12,9 +12,13 @@ python3 scripts/sanitize.py > /tmp/logs/sanitize.log 2>&1; echo sanitize rc $?
 python3 scripts/bench_launch.py > /tmp/logs/launch.log 2>&1; echo launch rc $?
 python3 scripts/bench_ops.py > /tmp/logs/ops.log 2>&1; echo ops rc $?  # 1 where a result was wrong
 python3 scripts/bench_embed.py > /tmp/logs/embed.log 2>&1; echo embed rc $?
-# studies after the records (their output in logs/, in the same tarball)
-timeout 120 python3 lab/alloc_state_probe.py --passes 3 --out /tmp/logs/alloc-state.json > /tmp/logs/alloc-state.log 2>&1
-echo alloc-state rc $?
+# studies after the records (their output in logs/, in the same tarball); ALLOC_STATE=0
+# skips the allocator probe (up to 120 s) where device time is short
+if [ "${ALLOC_STATE:-1}" = 1 ]; then
+    timeout 120 python3 lab/alloc_state_probe.py --passes 3 --out /tmp/logs/alloc-state.json \
+        > /tmp/logs/alloc-state.log 2>&1
+    echo alloc-state rc $?
+fi
 # the small shapes: planned rect against it built without dependent launch and the one-column patch
 for pass in 1 2; do
     timeout 90 python3 lab/rect_prologue.py --out-dir /tmp/logs/rect-prologue-$pass --reps 100 \

@@ -264,9 +264,7 @@ def summarize(dirs: list[Path], output: Path | None) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out-dir", type=Path)
+def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cases", default=CASES)
     p.add_argument("--reps", type=int, default=30)
     p.add_argument(
@@ -274,12 +272,12 @@ def main(argv: list[str] | None = None) -> int:
         default="^ours: (vector|vector, (no dependent launch|wait before loads)|lean.*)$|^triton: 2-D",
         help="which (a regex on the names; the capped grids' 'wave' variants: add them here)",
     )
-    p.add_argument("--summarize", nargs="+", type=Path)
-    p.add_argument("-o", "--output", type=Path)
-    args = p.parse_args(argv)
-    if args.summarize:
-        return summarize(args.summarize, args.output)
-    return run(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from study_cli import study_main
+
+    return study_main(__doc__, run, summarize, _options, argv)
 
 
 if __name__ == "__main__":

@@ -121,17 +121,15 @@ def summarize(dirs: list[Path], output: Path | None) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out-dir", type=Path)
+def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", default=ONLY)
     p.add_argument("--reps", type=int, default=30)
-    p.add_argument("--summarize", nargs="+", type=Path)
-    p.add_argument("-o", "--output", type=Path)
-    args = p.parse_args(argv)
-    if args.summarize:
-        return summarize(args.summarize, args.output)
-    return run(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from study_cli import study_main
+
+    return study_main(__doc__, run, summarize, _options, argv)
 
 
 if __name__ == "__main__":

@@ -28,9 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
-import json
 import re
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -154,42 +152,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def summarize(dirs: list[Path], output: Path | None) -> int:
-    """Per case and form, the median time over the runs, its share of the flat copy of
-    the same runs, and its time over the planned kernel's."""
-    times: dict[str, dict[str, list[float]]] = {}
-    for d in dirs:
-        for r in json.loads((d / "results.json").read_text())["results"]:
-            if r.get("us") and r.get("correct"):
-                case = f"{r['op']} {r['shape']} {r['dtype']}"
-                times.setdefault(case, {}).setdefault(r["method"], []).append(r["us"])
-    cases: dict[str, Any] = {}
-    ratios: dict[str, list[float]] = {}
-    for case, methods in times.items():
-        flat = statistics.median(methods["flat_copy"])
-        for name in ("fused", "vector"):
-            planned = methods.get(f"ours: {name}")
-            if not planned:
-                continue
-            row = {"planned_us": round(statistics.median(planned), 3)}
-            row["planned_of_flat"] = round(flat / row["planned_us"], 3)
-            for suffix in (ONE_COLUMN, NO_PDL):
-                form = methods.get(f"ours: {name}{suffix}")
-                if form:
-                    key = suffix.strip(", ").replace(" ", "_").replace("-", "_")
-                    us = statistics.median(form)
-                    row[f"{key}_us"] = round(us, 3)
-                    row[f"{key}_over_planned"] = round(us / row["planned_us"], 3)
-                    ratios.setdefault(key, []).append(us / row["planned_us"])
-            cases[f"{case} ({name})"] = row
-            print(f"{case:46s} {name:6s}", json.dumps(row))
-    summary = {
-        k: {"cells": len(v), "median_over_planned": round(statistics.median(v), 4)} for k, v in ratios.items()
-    }
-    print(summary)
-    if output is not None:
-        doc = {"runs": [str(d) for d in dirs], "summary": summary, "cases": cases}
-        output.write_text(json.dumps(doc, indent=1) + "\n")
-    return 0
+    """Each form beside the planned kernel (:func:`study_cli.summarize_forms`)."""
+    from study_cli import summarize_forms
+
+    return summarize_forms(dirs, output, ("fused", "vector"), (ONE_COLUMN, NO_PDL))
 
 
 def _options(p: argparse.ArgumentParser) -> None:

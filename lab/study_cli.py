@@ -1,11 +1,15 @@
-"""The command line the bench studies share: ``--out-dir DIR`` and the study's own options
-run it (``run(args)``); ``--summarize DIR [DIR ...] [-o FILE]`` reads runs already made."""
+"""What the bench studies share: their command line (``--out-dir DIR`` and the study's own
+options run it, ``run(args)``; ``--summarize DIR [DIR ...] [-o FILE]`` reads runs already
+made) and the summary of planned kernels against other forms of them."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import json
+import statistics
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 
 def study_main(
@@ -25,3 +29,46 @@ def study_main(
     if args.summarize:
         return summarize(args.summarize, args.output)
     return run(args)
+
+
+def summarize_forms(
+    dirs: list[Path], output: Path | None, planned: Sequence[str], suffixes: Sequence[str]
+) -> int:
+    """From bench runs' ``results.json``: per case and planned method (``ours: NAME`` for
+    NAME in ``planned``), its median time over the runs and share of the flat copy, and
+    each form ``ours: NAME<suffix>``'s median time over the planned one's; written to
+    ``output`` with the median ratio of each form."""
+    times: dict[str, dict[str, list[float]]] = {}
+    for d in dirs:
+        for r in json.loads((d / "results.json").read_text())["results"]:
+            if r.get("us") and r.get("correct"):
+                case = f"{r['op']} {r['shape']} {r['dtype']}"
+                times.setdefault(case, {}).setdefault(r["method"], []).append(r["us"])
+    cases: dict[str, Any] = {}
+    ratios: dict[str, list[float]] = {}
+    for case, methods in times.items():
+        flat = statistics.median(methods["flat_copy"])
+        for name in planned:
+            base = methods.get(f"ours: {name}")
+            if not base:
+                continue
+            row = {"planned_us": round(statistics.median(base), 3)}
+            row["planned_of_flat"] = round(flat / row["planned_us"], 3)
+            for suffix in suffixes:
+                form = methods.get(f"ours: {name}{suffix}")
+                if form:
+                    key = suffix.strip(", ").replace(" ", "_").replace("-", "_")
+                    us = statistics.median(form)
+                    row[f"{key}_us"] = round(us, 3)
+                    row[f"{key}_over_planned"] = round(us / row["planned_us"], 3)
+                    ratios.setdefault(key, []).append(us / row["planned_us"])
+            cases[f"{case} ({name})"] = row
+            print(f"{case:46s} {name:6s}", json.dumps(row))
+    summary = {
+        k: {"cells": len(v), "median_over_planned": round(statistics.median(v), 4)} for k, v in ratios.items()
+    }
+    print(summary)
+    if output is not None:
+        doc = {"runs": [str(d) for d in dirs], "summary": summary, "cases": cases}
+        output.write_text(json.dumps(doc, indent=1) + "\n")
+    return 0

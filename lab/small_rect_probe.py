@@ -37,8 +37,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 ROWS, SIZES = 2048, (3, 5, 24)
 
 
-def variants(torch: Any, dtype: str) -> tuple[dict[str, Any], Any]:
-    """name -> (launch, check) for one dtype, on fresh arrays."""
+def variants(torch: Any, dtype: str) -> tuple[dict[str, Any], dict[str, Any], tuple[list[Any], Any]]:
+    """For one dtype, on fresh arrays: name -> call, name -> its check, and the outputs
+    (the split's pieces, the whole-row copy's array)."""
     import runtime
     from ptxgen import resolve_dtype
     from ptxgen.kernels.fastcat_rect import FastcatRect, rect_cols
@@ -85,10 +86,14 @@ def variants(torch: Any, dtype: str) -> tuple[dict[str, Any], Any]:
 
     calls = {name: run(steps) for name, steps in launches.items()}
     calls["torch: copy_ of the wide array"] = lambda: whole.copy_(wide)
-    checks = {name: (lambda: all(torch.equal(p, e) for p, e in zip(pieces, expected))) for name in calls}
-    for name in calls:
-        if "whole row" in name or name.startswith("torch"):
-            checks[name] = lambda: torch.equal(whole, wide)
+
+    def split_right() -> bool:
+        return all(torch.equal(p, e) for p, e in zip(pieces, expected))
+
+    def copy_right() -> bool:
+        return torch.equal(whole, wide)
+
+    checks = {name: split_right if name.startswith("planned") else copy_right for name in calls}
     return calls, checks, (pieces, whole)
 
 

@@ -37,9 +37,12 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 ROWS, SIZES = 2048, (3, 5, 24)
 
 
-def variants(torch: Any, dtype: str) -> tuple[dict[str, Any], dict[str, Any], tuple[list[Any], Any]]:
+def variants(
+    torch: Any, dtype: str, forms: list[tuple[int, int, int]] = ()
+) -> tuple[dict[str, Any], dict[str, Any], tuple[list[Any], Any]]:
     """For one dtype, on fresh arrays: name -> call, name -> its check, and the outputs
-    (the split's pieces, the whole-row copy's array)."""
+    (the split's pieces, the whole-row copy's array). ``forms``: more one-chunk copies of
+    the whole row, as ``(width, unroll, block)``, where the width divides the row."""
     import runtime
     from ptxgen import resolve_dtype
     from ptxgen.kernels.fastcat_rect import FastcatRect, rect_cols
@@ -62,11 +65,11 @@ def variants(torch: Any, dtype: str) -> tuple[dict[str, Any], dict[str, Any], tu
         planned.append((device.load(step.kernel).function, step.grid, step.block, args))
     (rect,) = [s.kernel for s in plan.steps]
 
-    def one_chunk(width: int, unroll: int) -> tuple[Any, Any, Any, tuple[int, ...]]:
+    def one_chunk(width: int, unroll: int, block: int = 128) -> tuple[Any, Any, Any, tuple[int, ...]]:
         vectors = row_bytes // width
         kernel = FastcatRect(
-            direction="backward", width=width, cols=rect_cols(vectors, 128, unroll), chunks=1, unroll=unroll,
-            block=128, target=rect.target, dependent_launch=rect.dependent_launch,
+            direction="backward", width=width, cols=rect_cols(vectors, block, unroll), chunks=1,
+            unroll=unroll, block=block, target=rect.target, dependent_launch=rect.dependent_launch,
         )  # fmt: skip
         args = (wide.data_ptr(), row_bytes, ROWS, vectors, whole.data_ptr(), row_bytes)
         return device.load(kernel).function, kernel.grid(ROWS, vectors), kernel.block, args
@@ -76,6 +79,10 @@ def variants(torch: Any, dtype: str) -> tuple[dict[str, Any], dict[str, Any], tu
         f"rect, 1 chunk, whole row, {rect.width}-byte x {rect.unroll}": [one_chunk(rect.width, rect.unroll)],
         "rect, 1 chunk, whole row, 16-byte x 2": [one_chunk(16, 2)],
     }
+    for width, unroll, block in forms:
+        if row_bytes % width == 0:
+            name = f"rect, 1 chunk, whole row, {width}-byte x {unroll}, block {block}"
+            launches.setdefault(name, [one_chunk(width, unroll, block)])
 
     def run(steps: list[Any]) -> Any:
         def call() -> None:
@@ -102,8 +109,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--reps", type=int, default=100)
     p.add_argument("--dtypes", default="u8,bf16,f32")
+    p.add_argument(
+        "--forms",
+        default="",
+        help="more whole-row copies, comma-separated WIDTHxUNROLL[@BLOCK] (e.g. 4x2,16x1@256)",
+    )
     p.add_argument("-o", "--output", type=Path)
     args = p.parse_args(argv)
+    forms = []
+    for form in filter(None, args.forms.split(",")):
+        shape, _, block = form.partition("@")
+        width, unroll = shape.split("x")
+        forms.append((int(width), int(unroll), int(block or 128)))
 
     import bench_embed
     import torch
@@ -112,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = Bench(torch, reps=args.reps, warmup=10, flush=bench_embed.write_flush(torch))
     doc: dict[str, Any] = {"rows": ROWS, "sizes": SIZES, "gpu": torch.cuda.get_device_name(), "dtypes": {}}
     for dtype in args.dtypes.split(","):
-        calls, checks, outputs = variants(torch, dtype)
+        calls, checks, outputs = variants(torch, dtype, forms)
         names = list(calls)
         times: dict[str, list[float]] = {name: [] for name in names}
         for r in range(args.rounds):
@@ -128,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                     "rounds_us": t} for n, t in times.items()}  # fmt: skip
         doc["dtypes"][dtype] = rows
         for name, row in rows.items():
-            print(f"{dtype:5s} {name:44s} {row['median_us']:6.3f} us  {row['of_flat_copy']:.3f} of the copy")
+            print(f"{dtype:5s} {name:56s} {row['median_us']:6.3f} us  {row['of_flat_copy']:.3f} of the copy")
     if args.output:
         args.output.write_text(json.dumps(doc, indent=1) + "\n")
     return 0

@@ -1,0 +1,118 @@
+"""Study: the small shapes as direct rowpack with narrow chunks (the planner's rule in
+``patches/small-rowpack.patch``), against the rect launch main plans for them (issue 24:
+>= 0.92 of the copy).
+
+    git apply lab/patches/small-rowpack.patch
+    python lab/small_rowpack.py --out-dir DIR [--reps N] [--cases REGEX]
+    python lab/small_rowpack.py --summarize DIR [DIR ...] [-o lab/data/small-rowpack.json]
+
+With the patch, a split or concat of at most ``fastcat.SMALL_OP_BYTES`` a side at a granule under 8
+bytes, whose rows make whole 16-byte vectors in groups of at most
+``fastcat.SMALL_ROWPACK_GROUP`` bytes, is planned as one direct ``rowpack`` launch with
+``narrow_chunks``: a thread moves its rows' bytes as 16-byte vectors and each chunk's in
+the widest access its group allows (2,048 x (3+5+24) in u8: two 16-byte loads, then
+1-, 1- and 8-byte stores). Before that rule it was one ``rect`` launch of element-wide
+accesses, 32 bytes a thread, which ``small_rect_probe.py`` found 0.16-0.19 us slower
+than the same rect in 16-byte accesses. This times ``ours: fused`` (the planned kernel)
+beside ``ours: fused, as rect`` (the same variant planned with
+``SMALL_ROWPACK_GROUP`` at 0 for this process's plans: the rect launch) and beside the
+rowpack launch in CTAs of 64 and 256 threads (``SMALL_ROWPACK_BLOCK``; the planner's
+128), through ``scripts/bench.py`` (the methods' order rotated each round), every
+result checked. A study: it writes no record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+
+CASES = r"2048x\(3\+5\+24\)|512x\(64\*2\)"
+# each form: the planner's constants it sets, for this process's plans of that method
+FORMS = {
+    ", as rect": {"SMALL_ROWPACK_GROUP": 0},
+    ", block 64": {"SMALL_ROWPACK_BLOCK": 64},
+    ", block 256": {"SMALL_ROWPACK_BLOCK": 256},
+}
+
+
+def form_steps(problem: Any, traits: Any, constants: dict[str, int]) -> list[Any]:
+    """The fused variant's plan for ``problem`` with ``fastcat``'s ``constants`` set."""
+    from ptxgen.kernels import fastcat
+    from runtime.plan import VARIANTS
+
+    fused = next(v for v in VARIANTS if v.name == "fused")
+    kept = {name: getattr(fastcat, name) for name in constants}
+    for name, value in constants.items():
+        setattr(fastcat, name, value)
+    try:
+        return list(fused.build(problem, traits))
+    finally:
+        for name, value in kept.items():
+            setattr(fastcat, name, value)
+
+
+def register() -> None:
+    """Add ``ours: fused<form>`` for each of FORMS to scripts/bench_methods.py's table."""
+    import bench_methods as bm
+
+    from runtime.plan import DeviceTraits
+
+    for suffix, constants in FORMS.items():
+
+        def make(ctx: Any, buffers: Any, constants: dict[str, int] = constants) -> Any:
+            steps = form_steps(bm._problem(buffers), DeviceTraits.of(ctx.dev), constants)
+            families = "+".join(s.kernel.info["family"] for s in steps)
+            return buffers.runner(bm._launcher(ctx, buffers, steps), f"{families}, grid {steps[0].grid}")
+
+        bm.method(f"ours: fused{suffix}", "ours", ("split", "concat"), f"planned with {constants}")(make)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ptxgen.kernels import fastcat
+
+    if not hasattr(fastcat, "SMALL_ROWPACK_GROUP"):
+        raise SystemExit("small_rowpack.py times patches/small-rowpack.patch: git apply it first")
+    register()
+    import bench
+
+    forms = "|".join(re.escape(suffix) for suffix in FORMS)
+    methods = rf"^ours: (fused({forms})?|runtime op)$"
+    argv = [
+        "--only",
+        args.cases,
+        "--methods",
+        methods,
+        "--reps",
+        str(args.reps),
+        "--out-dir",
+        str(args.out_dir),
+    ]
+    return bench.main(argv)
+
+
+def summarize(dirs: list[Path], output: Path | None) -> int:
+    """Each form beside the planned kernel (:func:`study_cli.summarize_forms`)."""
+    from study_cli import summarize_forms
+
+    return summarize_forms(dirs, output, ("fused",), tuple(FORMS))
+
+
+def _options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cases", default=CASES)
+    p.add_argument("--reps", type=int, default=100)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from study_cli import study_main
+
+    return study_main(__doc__, run, summarize, _options, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

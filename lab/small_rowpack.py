@@ -27,7 +27,6 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
@@ -41,59 +40,16 @@ FORMS = {
 }
 
 
-def form_steps(problem: Any, traits: Any, constants: dict[str, int]) -> list[Any]:
-    """The fused variant's plan for ``problem`` with ``fastcat``'s ``constants`` set."""
-    from ptxgen.kernels import fastcat
-    from runtime.plan import VARIANTS
-
-    fused = next(v for v in VARIANTS if v.name == "fused")
-    kept = {name: getattr(fastcat, name) for name in constants}
-    for name, value in constants.items():
-        setattr(fastcat, name, value)
-    try:
-        return list(fused.build(problem, traits))
-    finally:
-        for name, value in kept.items():
-            setattr(fastcat, name, value)
-
-
-def register() -> None:
-    """Add ``ours: fused<form>`` for each of FORMS to scripts/bench_methods.py's table."""
-    import bench_methods as bm
-
-    from runtime.plan import DeviceTraits
-
-    for suffix, constants in FORMS.items():
-
-        def make(ctx: Any, buffers: Any, constants: dict[str, int] = constants) -> Any:
-            steps = form_steps(bm._problem(buffers), DeviceTraits.of(ctx.dev), constants)
-            families = "+".join(s.kernel.info["family"] for s in steps)
-            return buffers.runner(bm._launcher(ctx, buffers, steps), f"{families}, grid {steps[0].grid}")
-
-        bm.method(f"ours: fused{suffix}", "ours", ("split", "concat"), f"planned with {constants}")(make)
-
-
 def run(args: argparse.Namespace) -> int:
+    from study_cli import register_forms, run_bench
+
     from ptxgen.kernels import fastcat
 
     if not hasattr(fastcat, "SMALL_ROWPACK_GROUP"):
         raise SystemExit("small_rowpack.py times patches/small-rowpack.patch: git apply it first")
-    register()
-    import bench
-
+    register_forms(FORMS)
     forms = "|".join(re.escape(suffix) for suffix in FORMS)
-    methods = rf"^ours: (fused({forms})?|runtime op)$"
-    argv = [
-        "--only",
-        args.cases,
-        "--methods",
-        methods,
-        "--reps",
-        str(args.reps),
-        "--out-dir",
-        str(args.out_dir),
-    ]
-    return bench.main(argv)
+    return run_bench(args.cases, rf"^ours: (fused({forms})?|runtime op)$", args.reps, args.out_dir)
 
 
 def summarize(dirs: list[Path], output: Path | None) -> int:
@@ -103,15 +59,10 @@ def summarize(dirs: list[Path], output: Path | None) -> int:
     return summarize_forms(dirs, output, ("fused",), tuple(FORMS))
 
 
-def _options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cases", default=CASES)
-    p.add_argument("--reps", type=int, default=100)
-
-
 def main(argv: list[str] | None = None) -> int:
-    from study_cli import study_main
+    from study_cli import case_options, study_main
 
-    return study_main(__doc__, run, summarize, _options, argv)
+    return study_main(__doc__, run, summarize, case_options(CASES), argv)
 
 
 if __name__ == "__main__":

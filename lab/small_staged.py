@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
@@ -30,49 +29,11 @@ CASES = r"2048x\(3\+5\+24\)|512x\(64\*2\)"
 STAGED = ", without the small-op rule"
 
 
-def staged_steps(problem: Any, traits: Any) -> list[Any]:
-    """The fused variant's plan for ``problem`` with the small-op rule off."""
-    from ptxgen.kernels import fastcat
-    from runtime.plan import VARIANTS
-
-    fused = next(v for v in VARIANTS if v.name == "fused")
-    kept = fastcat.SMALL_OP_BYTES
-    fastcat.SMALL_OP_BYTES = 0
-    try:
-        return list(fused.build(problem, traits))
-    finally:
-        fastcat.SMALL_OP_BYTES = kept
-
-
-def register() -> None:
-    """Add ``ours: fused, without the small-op rule`` to scripts/bench_methods.py's table."""
-    import bench_methods as bm
-
-    from runtime.plan import DeviceTraits
-
-    @bm.method(f"ours: fused{STAGED}", "ours", ("split", "concat"), "planned without SMALL_OP_BYTES")
-    def _staged(ctx: Any, buffers: Any) -> Any:
-        steps = staged_steps(bm._problem(buffers), DeviceTraits.of(ctx.dev))
-        families = "+".join(s.kernel.info["family"] for s in steps)
-        return buffers.runner(bm._launcher(ctx, buffers, steps), f"{families}, grid {steps[0].grid}")
-
-
 def run(args: argparse.Namespace) -> int:
-    register()
-    import bench
+    from study_cli import register_forms, run_bench
 
-    methods = rf"^ours: fused({STAGED})?$"
-    argv = [
-        "--only",
-        args.cases,
-        "--methods",
-        methods,
-        "--reps",
-        str(args.reps),
-        "--out-dir",
-        str(args.out_dir),
-    ]
-    return bench.main(argv)
+    register_forms({STAGED: {"SMALL_OP_BYTES": 0}})
+    return run_bench(args.cases, rf"^ours: fused({STAGED})?$", args.reps, args.out_dir)
 
 
 def summarize(dirs: list[Path], output: Path | None) -> int:
@@ -82,15 +43,10 @@ def summarize(dirs: list[Path], output: Path | None) -> int:
     return summarize_forms(dirs, output, ("fused",), (STAGED,))
 
 
-def _options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cases", default=CASES)
-    p.add_argument("--reps", type=int, default=100)
-
-
 def main(argv: list[str] | None = None) -> int:
-    from study_cli import study_main
+    from study_cli import case_options, study_main
 
-    return study_main(__doc__, run, summarize, _options, argv)
+    return study_main(__doc__, run, summarize, case_options(CASES), argv)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """What the bench studies share: their command line (``--out-dir DIR`` and the study's own
 options run it, ``run(args)``; ``--summarize DIR [DIR ...] [-o FILE]`` reads runs already
-made) and the summary of planned kernels against other forms of them."""
+made), the fused variant planned with other planner constants as benchmark methods, the
+benchmark run itself, and the summary of planned kernels against other forms of them."""
 
 from __future__ import annotations
 
@@ -29,6 +30,60 @@ def study_main(
     if args.summarize:
         return summarize(args.summarize, args.output)
     return run(args)
+
+
+def case_options(cases: str, reps: int = 100) -> Callable[[argparse.ArgumentParser], None]:
+    """A study's own options over the benchmark's cases: ``--cases REGEX`` (default
+    ``cases``) and ``--reps N`` (default ``reps``)."""
+
+    def add(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--cases", default=cases)
+        p.add_argument("--reps", type=int, default=reps)
+
+    return add
+
+
+def planned_with(problem: Any, traits: Any, constants: dict[str, int]) -> list[Any]:
+    """The fused variant's steps for ``problem`` with ``ptxgen.kernels.fastcat``'s
+    ``constants`` set for this plan only (the planner's own values are put back)."""
+    from ptxgen.kernels import fastcat
+    from runtime.plan import VARIANTS
+
+    fused = next(v for v in VARIANTS if v.name == "fused")
+    kept = {name: getattr(fastcat, name) for name in constants}
+    for name, value in constants.items():
+        setattr(fastcat, name, value)
+    try:
+        return list(fused.build(problem, traits))
+    finally:
+        for name, value in kept.items():
+            setattr(fastcat, name, value)
+
+
+def register_forms(forms: dict[str, dict[str, int]]) -> None:
+    """Add ``ours: fused<suffix>`` to scripts/bench_methods.py's table for each ``suffix``
+    of ``forms``: the fused variant planned with that form's constants (:func:`planned_with`)."""
+    import bench_methods as bm
+
+    from runtime.plan import DeviceTraits
+
+    for suffix, constants in forms.items():
+
+        def make(ctx: Any, buffers: Any, constants: dict[str, int] = constants) -> Any:
+            steps = planned_with(bm._problem(buffers), DeviceTraits.of(ctx.dev), constants)
+            families = "+".join(s.kernel.info["family"] for s in steps)
+            return buffers.runner(bm._launcher(ctx, buffers, steps), f"{families}, grid {steps[0].grid}")
+
+        bm.method(f"ours: fused{suffix}", "ours", ("split", "concat"), f"planned with {constants}")(make)
+
+
+def run_bench(cases: str, methods: str, reps: int, out_dir: Path) -> int:
+    """scripts/bench.py on the cases and methods these regexes match, ``reps`` repetitions
+    a cell (the methods' order rotated each round), its output in ``out_dir``."""
+    import bench
+
+    argv = ["--only", cases, "--methods", methods, "--reps", str(reps), "--out-dir", str(out_dir)]
+    return bench.main(argv)
 
 
 def summarize_forms(

@@ -63,20 +63,28 @@ def variants(
     for step in plan.steps:
         args = tuple(bases[a.array] + a.byte_offset if isinstance(a, Ptr) else a for a in step.args)
         planned.append((device.load(step.kernel).function, step.grid, step.block, args))
-    (rect,) = [s.kernel for s in plan.steps]
+    (planned_kernel,) = [s.kernel for s in plan.steps]
+    family = planned_kernel.info["family"]
+    if family == "rect":
+        width, unroll = planned_kernel.width, planned_kernel.unroll
+        label = f"planned split: rect, {len(SIZES)} chunks, {width}-byte x {unroll}"
+    else:  # (patches/small-rowpack.patch) the rect main plans: the element's width, 32 bytes a thread
+        width, unroll = isz, min(8, 32 // isz)
+        label = f"planned split: {family}"
 
     def one_chunk(width: int, unroll: int, block: int = 128) -> tuple[Any, Any, Any, tuple[int, ...]]:
         vectors = row_bytes // width
         kernel = FastcatRect(
             direction="backward", width=width, cols=rect_cols(vectors, block, unroll), chunks=1,
-            unroll=unroll, block=block, target=rect.target, dependent_launch=rect.dependent_launch,
+            unroll=unroll, block=block, target=planned_kernel.target,
+            dependent_launch=planned_kernel.dependent_launch,
         )  # fmt: skip
         args = (wide.data_ptr(), row_bytes, ROWS, vectors, whole.data_ptr(), row_bytes)
         return device.load(kernel).function, kernel.grid(ROWS, vectors), kernel.block, args
 
     launches = {
-        f"planned split: rect, {len(SIZES)} chunks, {rect.width}-byte x {rect.unroll}": planned,
-        f"rect, 1 chunk, whole row, {rect.width}-byte x {rect.unroll}": [one_chunk(rect.width, rect.unroll)],
+        label: planned,
+        f"rect, 1 chunk, whole row, {width}-byte x {unroll}": [one_chunk(width, unroll)],
         "rect, 1 chunk, whole row, 16-byte x 2": [one_chunk(16, 2)],
     }
     for width, unroll, block in forms:

@@ -225,11 +225,9 @@ def _capped(vector, waves: int, pdl: bool):  # type: ignore[no-untyped-def]
 
 def run(args: argparse.Namespace) -> int:
     register()
-    import bench
+    from study_cli import run_bench
 
-    methods = args.methods
-    argv = ["--only", args.cases, "--methods", methods, "--reps", str(args.reps)]
-    return bench.main([*argv, "--out-dir", str(args.out_dir)])
+    return run_bench(args.cases, args.methods, args.reps, args.out_dir)
 
 
 def times_by_case(run_dir: Path) -> dict[str, dict[str, float]]:

@@ -84,10 +84,9 @@ def register() -> None:
 
 def run(args: argparse.Namespace) -> int:
     register()
-    import bench
+    from study_cli import run_bench
 
-    argv = ["--only", args.only, "--methods", "^ours: (fused|vector)|^triton: 2-D", "--reps", str(args.reps)]
-    return bench.main([*argv, "--out-dir", str(args.out_dir)])
+    return run_bench(args.only, "^ours: (fused|vector)|^triton: 2-D", args.reps, args.out_dir)
 
 
 def summarize(dirs: list[Path], output: Path | None) -> int:

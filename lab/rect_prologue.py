@@ -140,15 +140,13 @@ def register() -> None:
 def run(args: argparse.Namespace) -> int:
     register()
     import bench
+    from study_cli import run_bench
 
     for suffix in (ONE_COLUMN, NO_PDL):  # the sweep times only the methods named there
         bench.SWEEP_METHODS.add(f"ours: fused{suffix}")
     methods = rf"^ours: (fused|vector)({ONE_COLUMN}|{NO_PDL})?$"
-    argv = ["--only", args.cases, "--methods", methods, "--reps", str(args.reps)]
-    argv += ["--out-dir", str(args.out_dir)]
-    if args.sweep:
-        argv += ["--sweep", str(args.sweep), "--seed", str(args.seed)]
-    return bench.main(argv)
+    sweep = ["--sweep", str(args.sweep), "--seed", str(args.seed)] if args.sweep else []
+    return run_bench(args.cases, methods, args.reps, args.out_dir, sweep)
 
 
 def summarize(dirs: list[Path], output: Path | None) -> int:

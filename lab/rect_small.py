@@ -42,11 +42,10 @@ def run(args: argparse.Namespace) -> int:
             return args.block, args.unroll, rect_cols(vectors, args.block, args.unroll)
 
         fastcat._rect_shape = shape
-    import bench
+    from study_cli import run_bench
 
     methods = "ours: (fused|vector)" + ("|triton: 2-D" if args.peer else "")
-    argv = ["--only", args.cases, "--methods", methods, "--reps", str(args.reps)]
-    return bench.main([*argv, "--out-dir", str(args.out_dir)])
+    return run_bench(args.cases, methods, args.reps, args.out_dir)
 
 
 def summarize(

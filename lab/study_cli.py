@@ -77,12 +77,13 @@ def register_forms(forms: dict[str, dict[str, int]]) -> None:
         bm.method(f"ours: fused{suffix}", "ours", ("split", "concat"), f"planned with {constants}")(make)
 
 
-def run_bench(cases: str, methods: str, reps: int, out_dir: Path) -> int:
+def run_bench(cases: str, methods: str, reps: int, out_dir: Path, extra: Sequence[str] = ()) -> int:
     """scripts/bench.py on the cases and methods these regexes match, ``reps`` repetitions
-    a cell (the methods' order rotated each round), its output in ``out_dir``."""
+    a cell (the methods' order rotated each round), its output in ``out_dir``; ``extra``:
+    more of its arguments (``--sweep N --seed S``)."""
     import bench
 
-    argv = ["--only", cases, "--methods", methods, "--reps", str(reps), "--out-dir", str(out_dir)]
+    argv = ["--only", cases, "--methods", methods, "--reps", str(reps), "--out-dir", str(out_dir), *extra]
     return bench.main(argv)
 
 

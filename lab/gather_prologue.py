@@ -109,10 +109,10 @@ def register() -> None:
         "ours: vector, no dependent launch", "ours", ("gather",), "the planned rect, built without PDL"
     )
     def _no_pdl(ctx, buffers):  # type: ignore[no-untyped-def]
-        problem = bm._problem(buffers)
+        problem = bm.problem_of(buffers)
         traits = dataclasses.replace(DeviceTraits.of(ctx.dev), dependent_launch=False)
         steps = [s for i in buffers.indices for s in vector.build(problem.chunk(i), traits)]
-        return buffers.runner(bm._launcher(ctx, buffers, steps), "no PDL")
+        return buffers.runner(bm.launcher(ctx, buffers, steps), "no PDL")
 
     for waves in (1, 2):
         for pdl in (True, False):
@@ -128,9 +128,9 @@ def register() -> None:
 
     @bm.method("ours: vector, wait before loads", "ours", ("gather",), "the planned rect, its wait moved")
     def _wait_late(ctx, buffers):  # type: ignore[no-untyped-def]
-        problem, traits = bm._problem(buffers), DeviceTraits.of(ctx.dev)
+        problem, traits = bm.problem_of(buffers), DeviceTraits.of(ctx.dev)
         steps = [s for i in buffers.indices for s in vector.build(problem.chunk(i), traits)]
-        return buffers.runner(bm._launcher(ctx, buffers, [_wait_moved(s) for s in steps]), "wait before ROWS")
+        return buffers.runner(bm.launcher(ctx, buffers, [_wait_moved(s) for s in steps]), "wait before ROWS")
 
 
 def _wait_moved(step):  # type: ignore[no-untyped-def]
@@ -197,9 +197,7 @@ def _lean(wait: str):  # type: ignore[no-untyped-def]
         grid = (-(-case.rows // tile_rows), 1, 1)
         args = (Ptr(-1, offset), pitch, case.rows, window, Ptr(i, 0), width)
         step = Step(kernel, grid, (THREADS, 1, 1), args)
-        return buffers.runner(
-            bm._launcher(ctx, buffers, [step]), f"{columns} columns, {tile_rows} rows a CTA"
-        )
+        return buffers.runner(bm.launcher(ctx, buffers, [step]), f"{columns} columns, {tile_rows} rows a CTA")
 
     return make
 
@@ -213,12 +211,12 @@ def _capped(vector, waves: int, pdl: bool):  # type: ignore[no-untyped-def]
     from runtime.plan import DeviceTraits
 
     def make(ctx, buffers):  # type: ignore[no-untyped-def]
-        problem, traits = bm._problem(buffers), DeviceTraits.of(ctx.dev)
+        problem, traits = bm.problem_of(buffers), DeviceTraits.of(ctx.dev)
         traits = traits if pdl else dataclasses.replace(traits, dependent_launch=False)
         steps = [s for i in buffers.indices for s in vector.build(problem.chunk(i), traits)]
         wave = traits.sm_count * (traits.max_threads_per_sm // steps[0].block[0])
         steps = [dataclasses.replace(s, grid=(min(s.grid[0], waves * wave), *s.grid[1:])) for s in steps]
-        return buffers.runner(bm._launcher(ctx, buffers, steps), f"grid {steps[0].grid}")
+        return buffers.runner(bm.launcher(ctx, buffers, steps), f"grid {steps[0].grid}")
 
     return make
 

@@ -71,7 +71,7 @@ def register() -> None:
     for variant in VARIANTS:
         if variant.name not in ("fused", "vector"):
             continue
-        make = bm._variant_method(variant)
+        make = bm.variant_method(variant)
         ops = ("split", "concat") if variant.scope == "op" else ("gather", "split", "concat")
 
         def first(ctx: Any, buffers: Any, make: Any = make) -> Any:

@@ -117,7 +117,7 @@ def register() -> None:
         for suffix in (ONE_COLUMN, NO_PDL):
 
             def make(ctx: Any, buffers: Any, variant: Any = variant, suffix: str = suffix) -> Any:
-                problem, traits = bm._problem(buffers), DeviceTraits.of(ctx.dev)
+                problem, traits = bm.problem_of(buffers), DeviceTraits.of(ctx.dev)
                 if variant.scope == "op":
                     if buffers.case.op == "gather" or not variant.accepts(problem, traits):
                         raise bm.Unsupported(f"variant {variant.name} does not take this shape")
@@ -132,7 +132,7 @@ def register() -> None:
                     steps = rebuilt_steps(steps, one_column, traits.dependent_launch)
                 else:
                     steps = rebuilt_steps(steps, None, False)
-                return buffers.runner(bm._launcher(ctx, buffers, steps), f"rect{suffix}")
+                return buffers.runner(bm.launcher(ctx, buffers, steps), f"rect{suffix}")
 
             bm.method(f"ours: {variant.name}{suffix}", "ours", ops, f"the plan, rect{suffix}")(make)
 

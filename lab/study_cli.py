@@ -70,9 +70,9 @@ def register_forms(forms: dict[str, dict[str, int]]) -> None:
     for suffix, constants in forms.items():
 
         def make(ctx: Any, buffers: Any, constants: dict[str, int] = constants) -> Any:
-            steps = planned_with(bm._problem(buffers), DeviceTraits.of(ctx.dev), constants)
+            steps = planned_with(bm.problem_of(buffers), DeviceTraits.of(ctx.dev), constants)
             families = "+".join(s.kernel.info["family"] for s in steps)
-            return buffers.runner(bm._launcher(ctx, buffers, steps), f"{families}, grid {steps[0].grid}")
+            return buffers.runner(bm.launcher(ctx, buffers, steps), f"{families}, grid {steps[0].grid}")
 
         bm.method(f"ours: fused{suffix}", "ours", ("split", "concat"), f"planned with {constants}")(make)
 

@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import records  # noqa: E402
-from bench_cases import DTYPES, Case, all_cases, quick_cases, sweep_cases  # noqa: E402
+from bench_cases import DTYPES, Case, all_cases, quick_cases, rotated, sweep_cases  # noqa: E402
 from bench_methods import METHODS, SPIN, Buffers, Method, Runner, Unsupported, seed_with_block  # noqa: E402
 from bench_report import plot, print_summary, write_readme  # noqa: E402
 
@@ -130,8 +130,7 @@ class Context:
         for rep in range(reps):
             marks = []
             last = checks is not None and rep == reps - 1
-            shift = rep % max(len(order), 1)
-            for name, run in order[shift:] + order[:shift]:
+            for name, run in rotated(order, rep):
                 if name in failed:
                     continue
                 runner = checks.get(name) if last and checks is not None else None

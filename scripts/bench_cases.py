@@ -24,6 +24,7 @@ __all__ = [
     "format_shape",
     "parse_shape",
     "quick_cases",
+    "rotated",
     "sector_bytes",
     "sweep_cases",
 ]
@@ -41,6 +42,16 @@ DTYPE_SIZES = {"u8": 1, "i8": 1, "e4m3": 1, "e5m2": 1, "bf16": 2, "f16": 2, "i16
 DTYPE_SIZES |= {"f32": 4, "i32": 4, "u32": 4, "f64": 8, "i64": 8, "u64": 8}
 
 _NUMBER = r"\d[\d,_]*"
+
+
+def rotated(items: list, shift: int) -> list:
+    """``items`` rotated left by ``shift`` (modulo their count): the order of timing round
+    ``shift``, so that over as many rounds as there are items each one runs first, second,
+    ... equally often, and no place in the round favours one."""
+    if not items:
+        return []
+    shift %= len(items)
+    return items[shift:] + items[:shift]
 
 
 def _int(text: str) -> int:

@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import records  # noqa: E402
-from bench_cases import sweep_cases  # noqa: E402
+from bench_cases import rotated, sweep_cases  # noqa: E402
 
 OUT = ROOT / "docs" / "perf" / "embed.json"
 EXAMPLE = ROOT / "examples" / "c"
@@ -101,11 +101,11 @@ def parse_c_timing(stdout: str) -> dict[str, Any]:
     return timing
 
 
-def round_orders(rounds: int, first: Any, second: Any) -> list[tuple[Any, Any]]:
-    """The two sides' order in each of ``rounds`` rounds: ``first`` leads the even rounds,
-    ``second`` the odd ones, so that drift within a round, or a cost that falls on whichever
-    runs first or second, lands on both sides alike."""
-    return [(first, second) if r % 2 == 0 else (second, first) for r in range(rounds)]
+def round_orders(rounds: int, first: Any, second: Any) -> list[list[Any]]:
+    """The two sides' order in each of ``rounds`` rounds (:func:`bench_cases.rotated`):
+    ``first`` leads the even rounds, ``second`` the odd ones, so that drift within a round,
+    or a cost that falls on whichever runs first or second, lands on both sides alike."""
+    return [rotated([first, second], r) for r in range(rounds)]
 
 
 def check_targets(record: dict[str, Any]) -> list[str]:
@@ -196,26 +196,19 @@ def _time_rounds(
     import torch
 
     c_runs: list[dict[str, Any]] = []
-    python_runs: list[tuple[float, float]] = []
-    all_correct = True
-
-    def time_c() -> None:
-        timed = _run_c(program, bundle, case, "--time", str(reps))
-        if timed.returncode:
-            where = f"{op_id(case)} at {case['rows']} rows"
-            raise SystemExit(f"bench_embed: {where}: {timed.stderr.strip()}")
-        c_runs.append(parse_c_timing(timed.stdout))
-
-    def time_python() -> None:
-        nonlocal all_correct
-        python_us, python_host_us, correct = _python_case(bench, torch, case)
-        python_runs.append((python_us, python_host_us))
-        all_correct = all_correct and correct
-
-    for sides in round_orders(rounds, time_c, time_python):
+    python_runs: list[tuple[float, float, bool]] = []
+    for sides in round_orders(rounds, "c", "python"):
         for side in sides:
-            side()
-    return c_runs, python_runs, all_correct
+            if side == "python":
+                python_runs.append(_python_case(bench, torch, case))
+                continue
+            timed = _run_c(program, bundle, case, "--time", str(reps))
+            if timed.returncode:
+                where = f"{op_id(case)} at {case['rows']} rows"
+                raise SystemExit(f"bench_embed: {where}: {timed.stderr.strip()}")
+            c_runs.append(parse_c_timing(timed.stdout))
+    all_correct = all(correct for _, _, correct in python_runs)
+    return c_runs, [(us, host_us) for us, host_us, _ in python_runs], all_correct
 
 
 def main(argv: list[str] | None = None) -> int:

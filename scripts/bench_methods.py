@@ -25,7 +25,18 @@ import ptxgen
 import runtime
 from runtime.plan import VARIANTS, DeviceTraits, Problem, Ptr, Step, Variant, seed_block_size
 
-__all__ = ["METHODS", "Buffers", "Method", "PtxKernel", "Runner", "Unsupported", "method"]
+__all__ = [
+    "METHODS",
+    "Buffers",
+    "Method",
+    "PtxKernel",
+    "Runner",
+    "Unsupported",
+    "launcher",
+    "method",
+    "problem_of",
+    "variant_method",
+]
 
 
 class Unsupported(Exception):
@@ -256,13 +267,14 @@ def _flat_copy(ctx: Any, buffers: Buffers) -> Runner:
 # --- this project ------------------------------------------------------------------------------
 
 
-def _problem(buffers: Buffers) -> Problem:
+def problem_of(buffers: Buffers) -> Problem:
+    """The planner's problem for a case (the steps of the "ours" methods start here)."""
     case = buffers.case
     op = "forward" if case.op == "concat" else "backward"
     return Problem(op, ptxgen.resolve_dtype(case.dtype), case.rows, tuple(case.sizes))
 
 
-def _launcher(ctx: Any, buffers: Buffers, steps: list[Any]) -> Callable[[], None]:
+def launcher(ctx: Any, buffers: Buffers, steps: list[Any]) -> Callable[[], None]:
     """Launch planned steps on the case's arrays (Ptr -1: the wide array, i: piece i)."""
     bases = [p.data_ptr() for p in buffers.pieces] + [buffers.wide.data_ptr()]
     launches = []
@@ -278,9 +290,11 @@ def _launcher(ctx: Any, buffers: Buffers, steps: list[Any]) -> Callable[[], None
     return run
 
 
-def _variant_method(variant: Variant) -> Callable[[Any, Buffers], Runner]:
+def variant_method(variant: Variant) -> Callable[[Any, Buffers], Runner]:
+    """A method that runs one variant's steps (lab studies time forms of a kernel by it)."""
+
     def make(ctx: Any, buffers: Buffers) -> Runner:
-        problem, traits = _problem(buffers), DeviceTraits.of(ctx.dev)
+        problem, traits = problem_of(buffers), DeviceTraits.of(ctx.dev)
         if variant.scope == "op":
             if buffers.case.op == "gather" or not variant.accepts(problem, traits):
                 raise Unsupported(f"variant {variant.name} does not take this shape")
@@ -293,14 +307,14 @@ def _variant_method(variant: Variant) -> Callable[[Any, Buffers], Runner]:
                     raise Unsupported(f"variant {variant.name} does not take piece {i}")
                 steps += variant.build(chunk, traits)
         blocks = sorted({s.block[0] for s in steps})
-        return buffers.runner(_launcher(ctx, buffers, steps), f"{len(steps)} launches, block {blocks}")
+        return buffers.runner(launcher(ctx, buffers, steps), f"{len(steps)} launches, block {blocks}")
 
     return make
 
 
 for _variant in VARIANTS:
     _ops = ("gather", "split", "concat") if _variant.scope == "chunk" else ("split", "concat")
-    method(f"ours: {_variant.name}", "ours", _ops, _variant.when)(_variant_method(_variant))
+    method(f"ours: {_variant.name}", "ours", _ops, _variant.when)(variant_method(_variant))
 
 
 def seed_with_block(block_size: int) -> Callable[[Any, Buffers], Runner]:
@@ -319,7 +333,7 @@ def seed_with_block(block_size: int) -> Callable[[Any, Buffers], Runner]:
             steps.append(
                 Step(kernel, grid, kernel.block, (*args, case.sizes[i], case.channels, case.offsets[i]))
             )
-        return buffers.runner(_launcher(ctx, buffers, steps))
+        return buffers.runner(launcher(ctx, buffers, steps))
 
     return make
 
@@ -336,7 +350,7 @@ def _op(ctx: Any, buffers: Buffers) -> Runner:
         run = lambda: runtime.channel_cat_backward(wide, case.sizes, 1, out=pieces)  # noqa: E731
     else:
         run = lambda: runtime.channel_cat_forward(pieces, 1, out=wide)  # noqa: E731
-    plan = runtime.ops.plan_for(_problem(buffers).op, case.dtype, case.rows, case.sizes, ctx.dev)
+    plan = runtime.ops.plan_for(problem_of(buffers).op, case.dtype, case.rows, case.sizes, ctx.dev)
     return buffers.runner(run, f"plan: {', '.join(plan.variants)}; {len(plan.steps)} launches")
 
 

@@ -85,16 +85,49 @@ def test_fast_plans_move_every_byte_and_nothing_else(case):
 
 @pytest.mark.parametrize("op", ["split", "concat"])
 def test_small_ops_copy_directly_and_larger_ones_through_tiles(op):
-    """Up to SMALL_OP_BYTES a side, a split or concat at a narrow granule is one rect
+    """Up to SMALL_OP_BYTES a side, a split or concat at a narrow granule is one direct
+    launch: rowpack with narrow chunks where a group of rows is whole 16-byte vectors of
+    at most SMALL_ROWPACK_GROUP bytes and every pointer suits its access, else one rect
     launch over the window (its cost is latency); one row more and it takes tiles."""
     from ptxgen.kernels import fastcat as fc
 
     sizes, pitch, h200 = [3, 5, 24], 32, DeviceTraits()
     rows = fc.SMALL_OP_BYTES // pitch
     small = fc.choose(op, rows, sizes, 1, traits=h200)
-    assert [(launch.family, dict(launch.spec)["width"], launch.chunk_ids) for launch in small] == [
-        ("rect", 1, (0, 1, 2))
+    assert [(launch.family, launch.spec, launch.chunk_ids, launch.grid) for launch in small] == [
+        (
+            "rowpack",
+            (
+                ("direction", fc.DIRECTION[op]),
+                ("widths", (3, 5, 24)),
+                ("block", 128),
+                ("narrow_chunks", True),
+            ),
+            (0, 1, 2),
+            rows // 128,  # a row a thread
+        )
     ]
+    assert small[0].kernel().units == {0: 1, 1: 1, 2: 8}
+
+    def families(**kw):
+        return [(launch.family, dict(launch.spec).get("width")) for launch in fc.choose(op, **kw)]
+
+    # each pointer at the weakest alignment its access takes (1, 1 and 8 bytes): rowpack
+    (least,) = fc.choose(op, rows, sizes, 1, traits=h200, chunk_mod16=[1, 3, 8])
+    assert least.family == "rowpack" and least.kernel() is small[0].kernel()
+    # (1+63) in u8: 64 one-byte accesses a row, over SMALL_ROWPACK_ACCESSES: rect
+    assert families(rows=rows // 2, sizes=[1, 63], dtype_size=1, traits=h200) == [("rect", 1)]
+    # chunk 2 moves in 8-byte accesses, and its pointer is 4 bytes past them: rect
+    assert families(rows=rows, sizes=sizes, dtype_size=1, traits=h200, chunk_mod16=[0, 0, 4]) == [("rect", 1)]
+    # a row side off 16 bytes, or 16 rows of 33 bytes a group (528): rect
+    assert families(rows=rows, sizes=sizes, dtype_size=1, traits=h200, row_mod16=8) == [("rect", 1)]
+    assert families(rows=rows // 2, sizes=[3, 5, 25], dtype_size=1, traits=h200) == [("rect", 1)]
+    # f32's rows of 128 bytes are over SMALL_ROWPACK_GROUP; an 8-byte granule keeps rect anyway
+    assert families(rows=rows // 4, sizes=sizes, dtype_size=4, traits=h200) == [("rect", 4)]
+    assert families(rows=rows // 8, sizes=sizes, dtype_size=8, traits=h200) == [("rect", 8)]
+    # bf16's 64-byte rows: rowpack, 2-, 2- and 16-byte accesses
+    (bf16,) = fc.choose(op, rows // 2, sizes, 2, traits=h200)
+    assert bf16.family == "rowpack" and bf16.kernel().units == {0: 2, 1: 2, 2: 16}
     assert [launch.family for launch in fc.choose(op, rows + 1, sizes, 1, traits=h200)] == ["tile"]
     # a gather of one piece keeps its own rules whatever its size
     assert [launch.family for launch in fc.choose("gather", 64, [40, 90, 40], 1, traits=h200, chunk=1)] == [

@@ -374,3 +374,63 @@ def test_rowpack_outputs_of_every_chunk_is_the_split():
     # a group only has to make whole vectors of the chunks it writes
     assert rowpack_rows((4, 12)) == 4 and rowpack_rows((4, 12), (1,)) == 4
     assert rowpack_rows((8, 4, 4)) == 4 and rowpack_rows((8, 4, 4), (0,)) == 2
+
+
+# (widths, the accesses each chunk's group moves in): one row a group where the row is
+# whole vectors (3+5+24: 1-, 1- and 8-byte accesses), 16 rows of 7 bytes, 2-byte accesses.
+NARROW = [
+    ((3, 5, 24), (1, 1, 8)),
+    ((6, 10, 48), (2, 2, 16)),
+    ((12, 20, 96), (4, 4, 16)),
+    ((6, 10), (2, 2)),
+    ((3, 4), (16, 16)),
+    ((1, 2, 5), (2, 4, 2)),
+    ((2, 6, 4, 12), (4, 4, 8, 8)),
+]
+
+
+@pytest.mark.parametrize("widths, units", NARROW, ids=lambda v: "+".join(map(str, v)))
+@pytest.mark.parametrize("rows", [1, 17, 300])
+@pytest.mark.parametrize("direction", ["backward", "forward"])
+@pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "least-aligned"])
+def test_rowpack_narrow_chunks_move_the_right_bytes_inside_their_footprints(
+    widths, units, rows, direction, aligned
+):
+    """``narrow_chunks``: groups make whole vectors of the row side only; each chunk moves
+    in the widest access its group's bytes allow, and its footprint asks that alignment.
+    ``least-aligned``: each chunk at the weakest alignment its access takes (an address
+    ``unit`` past 16; the interpreter refuses a misaligned access)."""
+    rng = random.Random(rows + 3 * sum(widths))
+    k = FastcatRowpack(direction=direction, widths=widths, block=64, narrow_chunks=True)
+    assert tuple(k.units[i] for i in range(len(widths))) == units and "__narrow" in k.id
+    assert k.rows_per_thread == rowpack_rows(widths, ())
+    pitch, offs = sum(widths), [sum(widths[:i]) for i in range(len(widths))]
+    mem = RecordingMemory()
+    row = mem.alloc(rows * pitch)
+    chunks = [mem.alloc(rows * w, misalign=0 if aligned else u % 16) for w, u in zip(widths, units)]
+    backward = direction == "backward"
+    mem.view(row)[:] = _fill(rng, rows * pitch) if backward else b"\xa5" * (rows * pitch)
+    for c, w in zip(chunks, widths):
+        mem.view(c)[:] = b"\xa5" * (rows * w) if backward else _fill(rng, rows * w)
+    mem.clear()
+    pointers = {f"chunk{i}_ptr": c for i, c in enumerate(chunks)}
+    run_kernel(k, 2, {"row_ptr": row, "rows": rows, **pointers}, mem)
+    r = bytes(mem.view(row))
+    for c, w, o in zip(chunks, widths, offs):
+        assert bytes(mem.view(c)) == b"".join(r[i * pitch + o : i * pitch + o + w] for i in range(rows))
+    fps = k.footprints((2, 1, 1), k.block, {"rows": rows})
+    whole = rows >= k.rows_per_thread
+    assert [f.align for f in fps] == [16 if whole else 1, *(u if whole else 1 for u in units)]
+    check_footprints(mem, fps, {"row_ptr": row, **pointers})
+
+
+def test_rowpack_narrow_chunks_gather_and_refusals():
+    k = FastcatRowpack(direction="backward", widths=(3, 5, 24), outputs=(2,), narrow_chunks=True)
+    assert k.rows_per_thread == 1 and k.units == {2: 8}
+    assert "st.global.v2.u32" in k.source and "st.global.b8" not in k.source  # one row a group: no tail
+    with pytest.raises(ValueError, match="narrow_chunks = True is not accepted with staged = True"):
+        FastcatRowpack(direction="backward", widths=(3, 5, 24), staged=True, narrow_chunks=True)
+    with pytest.raises(ValueError, match="narrow_chunks = 1 is not accepted"):
+        FastcatRowpack(direction="backward", widths=(3, 5, 24), narrow_chunks=1)
+    with pytest.raises(ValueError, match="at most 128"):
+        FastcatRowpack(direction="backward", widths=(3, 5, 25), narrow_chunks=True)  # 16 rows of 33 bytes

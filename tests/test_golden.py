@@ -63,6 +63,11 @@ FASTCAT_CASES = [
         ptxgen.kernels.FastcatRowpack,
         {"direction": "backward", "widths": (1, 3), "staged": True, "outputs": (1,), "target": "sm_90"},
     ),
+    # staged, with a word of chunk 1 stored as it is (no identity prmt)
+    (ptxgen.kernels.FastcatRowpack, {"direction": "forward", "widths": (4, 12), "staged": True}),
+    # a small op's narrow chunks: 1-, 2- and 8-byte accesses, and one whole row a group
+    (ptxgen.kernels.FastcatRowpack, {"direction": "backward", "widths": (3, 5, 24), "narrow_chunks": True}),
+    (ptxgen.kernels.FastcatRowpack, {"direction": "forward", "widths": (6, 10, 48), "narrow_chunks": True}),
     (
         ptxgen.kernels.FastcatTile,
         dict(direction="backward", chunks=2, granule=16, loader="regs", target="sm_90"),

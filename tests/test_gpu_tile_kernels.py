@@ -129,13 +129,35 @@ ROWPACK_WIDTHS = [(1, 3), (3, 5), (2, 6), (1, 1, 2), (4, 12), (2, 2, 4), (8, 8)]
 @pytest.mark.parametrize("direction", ["backward", "forward"])
 @pytest.mark.parametrize("widths", ROWPACK_WIDTHS, ids=lambda w: "+".join(map(str, w)))
 def test_rowpack_kernel(dev, widths, direction, staged):
-    from ptxgen.kernels import FastcatRowpack, rowpack_rows
+    from ptxgen.kernels import FastcatRowpack
 
+    _check_rowpack(dev, FastcatRowpack(direction=direction, widths=widths, staged=staged, target=TARGET))
+
+
+# narrow_chunks (small ops): a group is whole vectors of the row side only, each chunk in
+# the widest access its group allows (1-16 bytes; 3+5+24: 1, 1 and 8).
+NARROW_WIDTHS = [(3, 5, 24), (6, 10, 48), (12, 20, 96), (6, 10), (3, 4), (1, 2, 5), (2, 6, 4, 12)]
+
+
+@pytest.mark.parametrize("direction", ["backward", "forward"])
+@pytest.mark.parametrize("widths", NARROW_WIDTHS, ids=lambda w: "+".join(map(str, w)))
+def test_rowpack_narrow_chunks_kernel(dev, widths, direction):
+    from ptxgen.kernels import FastcatRowpack
+
+    kernel = FastcatRowpack(direction=direction, widths=widths, narrow_chunks=True, target=TARGET)
+    # each chunk at the weakest alignment its access takes: an address `unit` past 16
+    _check_rowpack(dev, kernel, [kernel.units[k] % 16 for k in range(len(widths))])
+
+
+def _check_rowpack(dev, kernel, shifts=None):
+    """Launch ``kernel`` (a split or concat of every chunk) on two CTAs over guarded,
+    poisoned buffers and check every byte; chunk ``k`` ``shifts[k]`` bytes past 16."""
     rng = np.random.default_rng()
-    kernel = FastcatRowpack(direction=direction, widths=widths, staged=staged, target=TARGET)
     fn = dev.load(kernel).function
-    pitch, n = sum(widths), rowpack_rows(widths)
+    widths, direction = kernel.widths, kernel.direction
+    pitch, n = sum(widths), kernel.rows_per_thread
     offs = [sum(widths[:k]) for k in range(len(widths))]
+    shifts = shifts or [0] * len(widths)
     # Five CTAs' worth of groups and a bit, and 7 rows past the last whole group: two
     # CTAs stride over the rest, the last share is partial, and the tail goes byte by byte.
     rows = 5 * 256 * n + 3 * n + 7
@@ -143,14 +165,21 @@ def test_rowpack_kernel(dev, widths, direction, staged):
     chunk_hosts = [rng.integers(0, 256, (rows, w), dtype=np.uint8) for w in widths]
     backward = direction == "backward"
     row, row_ptr = _guarded(dev, rows * pitch, row_host if backward else None, 0)
-    chunks = [_guarded(dev, rows * w, None if backward else h, 0) for w, h in zip(widths, chunk_hosts)]
+    chunks = [
+        _guarded(dev, rows * w, None if backward else h, shift)
+        for w, h, shift in zip(widths, chunk_hosts, shifts)
+    ]
     fn.launch((2, 1, 1), kernel.block, (row_ptr, rows, *(p for _, p in chunks)))
     if backward:
         for k, (array, _) in enumerate(chunks):
-            got = _payload(array, rows * widths[k], 0).reshape(rows, widths[k])
+            got = _payload(array, rows * widths[k], shifts[k]).reshape(rows, widths[k])
             bad = np.argwhere(got != row_host[:, offs[k] : offs[k] + widths[k]])
             assert not len(bad), f"chunk {k}: {len(bad)} wrong bytes, first at {tuple(bad[0])}"
     else:
+        for k, (array, _) in enumerate(chunks):  # read only: guards and bytes unchanged
+            assert np.array_equal(
+                _payload(array, rows * widths[k], shifts[k]).reshape(rows, -1), chunk_hosts[k]
+            )
         got = _payload(row, rows * pitch, 0).reshape(rows, pitch)
         bad = np.argwhere(got != np.concatenate(chunk_hosts, axis=1))
         assert not len(bad), f"y: {len(bad)} wrong bytes, first at {tuple(bad[0])}"

@@ -207,9 +207,6 @@ KEPT = {
     ("vec", "width", 4): _SMALL,
     ("vec", "width", 2): "tests/test_fastcat_vec_rowpack.py only (kept with the widths above)",
     ("tile", "loader", ("backward", "bulk")): _PROLOGUE,
-    # FastcatRowpack's default; scripts/sanitize.py also runs the direct kernels of
-    # tests/test_gpu_tile_kernels.py under racecheck
-    ("rowpack", "staged", False): _PROLOGUE,
     # The CLI's --call (ptxgen/cli.py): the seed's kernel in the calling form, for readers
     # and other runtimes (docs/tutorial.md); the ops launch the inline one.
     ("channel_cat", "inline", False): "ptxgen/cli.py (--call)",
@@ -230,7 +227,7 @@ OPTIONS = {
         "row_gather",
         "dependent_launch",
     },
-    "rowpack": {"direction", "staged", "outputs", "dependent_launch"},
+    "rowpack": {"direction", "staged", "outputs", "narrow_chunks", "dependent_launch"},
     "vec": {"direction", "width", "chunks", "dependent_launch"},
     "strided": {"width", "rank", "wide_strides", "pieces"},
 }
@@ -276,6 +273,7 @@ def _options(kernel) -> Iterator[tuple[str, str, object]]:
         yield family, "row_gather", kernel.row_gather
     if family == "rowpack":
         yield family, "staged", kernel.staged
+        yield family, "narrow_chunks", kernel.narrow_chunks
         yield family, "outputs", "all" if kernel.outputs == tuple(range(len(kernel.widths))) else "some"
 
 
@@ -310,6 +308,8 @@ def _universe() -> set[tuple[str, str, object]]:
                             wide_chunks=wide, row_gather=True, dependent_launch=pdl)  # fmt: skip
             for staged in (False, True):
                 add(FastcatRowpack, direction=d, widths=(1, 3), staged=staged, dependent_launch=pdl)
+                add(FastcatRowpack, direction=d, widths=(3, 5, 24), staged=staged, narrow_chunks=True,
+                    dependent_launch=pdl)  # fmt: skip
                 if d == "backward":
                     add(FastcatRowpack, direction=d, widths=(1, 3), staged=staged, outputs=(1,),
                         dependent_launch=pdl)  # fmt: skip
@@ -369,6 +369,13 @@ def _random_problem(rng: random.Random) -> tuple[str, ptxgen.DType | None, int, 
         sizes, rows = [rng.randint(1, 9), (1 << 30) // isz + rng.randint(0, 99)], rng.randint(1, 3)
     while sum(sizes) * isz >= 1 << 31:
         sizes = [s // 2 for s in sizes]
+    if (
+        isz <= 2 and rng.random() < 0.05
+    ):  # a small op of short rows in whole vectors (rowpack's narrow chunks)
+        row_bytes = rng.choice((16, 32, 48, 64))
+        cuts = sorted(rng.sample(range(1, row_bytes // isz), rng.randint(1, 3)))
+        sizes = [b - a for a, b in zip([0, *cuts], [*cuts, row_bytes // isz])]
+        rows = rng.randint(1, (1 << 20) // row_bytes)
     m = rng.random()
     if m < 0.45:
         wide, aligns = 0, [0] * len(sizes)

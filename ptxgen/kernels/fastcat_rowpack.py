@@ -18,6 +18,13 @@ Two ways to reach the bytes (``staged``):
   instruction: 512 contiguous bytes), and each thread reads its own group from shared
   memory, rearranges it, and writes it back there. One 16-byte slot in nine is padding,
   so eight threads reading consecutive groups hit eight different bank quads.
+
+``narrow_chunks`` (direct only): ``n`` makes whole vectors of the row side alone, and
+each chunk moves its ``n * width_k`` bytes a group in the widest access that divides
+them (1, 2, 4, 8 or 16 bytes). 2,048 x (3+5+24) in u8 then takes one row a thread: two
+16-byte loads, then 3 + 5 one-byte and three 8-byte stores, where ``rect`` moves the
+same row as 32 one-byte accesses in 32 threads. For small ops, whose cost is latency:
+the chunk side keeps its narrow accesses, but nothing is staged and nothing divides.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from .fastcat_common import (
     check_dependent_launch,
     emit_dependent_launch,
 )
+from .rowpack_parts import RowpackRegs, WordBuilder, emit_tail
 
 __all__ = ["FastcatRowpack", "rowpack_rows"]
 
@@ -91,54 +99,6 @@ def _check_outputs(outputs: object, widths: tuple[int, ...], direction: str) -> 
     return picked
 
 
-class _WordBuilder:
-    """Emits ``dst = 4 picked bytes`` with constant ``prmt`` selectors; the two scratch
-    words are declared the first time a word needs bytes of more than two registers."""
-
-    def __init__(self, fn: PtxFunction) -> None:
-        self.fn = fn
-        self._scratch: tuple[Reg, Reg] | None = None
-
-    def word(self, dst: Reg, picks: list[tuple[Reg, int]]) -> None:
-        """dst byte i = byte picks[i][1] of register picks[i][0]."""
-        fn = self.fn
-        words = list(dict.fromkeys(w for w, _ in picks))
-        if len(words) <= 2:
-            a, b = words[0], words[-1]
-            sel = sum(((0 if w == a else 4) + byte) << (4 * i) for i, (w, byte) in enumerate(picks))
-            fn.inst("prmt.b32", dst, a, b, sel)
-            return
-        # three or four source words: two pairs, then one prmt merging them
-        if self._scratch is None:
-            self._scratch = (fn.reg("pk_lo", "b32"), fn.reg("pk_hi", "b32"))
-        lo, hi = self._scratch
-        first, second = words[:2], words[2:] + words[2:][:1]
-        sel_lo = sel_hi = merge = 0
-        for i, (w, byte) in enumerate(picks):
-            if w in first:
-                sel_lo |= ((0 if w == first[0] else 4) + byte) << (4 * i)
-                merge |= i << (4 * i)
-            else:
-                sel_hi |= ((0 if w == second[0] else 4) + byte) << (4 * i)
-                merge |= (4 + i) << (4 * i)
-        fn.inst("prmt.b32", lo, first[0], first[1], sel_lo)
-        fn.inst("prmt.b32", hi, second[0], second[1], sel_hi)
-        fn.inst("prmt.b32", dst, lo, hi, merge)
-
-
-class _Regs:
-    """The registers every part of a rowpack kernel uses, declared once."""
-
-    def __init__(self, fn: PtxFunction) -> None:
-        self.row_ptr, self.rows = fn.reg("row_ptr", "u64"), fn.reg("rows", "u64")
-        self.n_groups, self.stride = fn.reg("n_groups", "u64"), fn.reg("stride", "u64")
-        self.thread, self.block_id = fn.reg("thread", "u32"), fn.reg("block_id", "u32")
-        self.block_dim, self.grid_dim = fn.reg("block_dim", "u32"), fn.reg("grid_dim", "u32")
-        self.tmp64, self.pr = fn.reg("tmp64", "u64"), fn.reg("pr", "pred")
-        self.raddr, self.caddr = fn.reg("raddr", "u64"), fn.reg("caddr", "u64")
-        self.cptr: dict[int, Reg] = {}  # chunk index -> its pointer (the chunks moved)
-
-
 class FastcatRowpack(KernelBase):
     """Fused split (backward) / concat (forward) of short rows, ``widths`` (bytes, every
     chunk, in order) compiled in: the row side is ``rows`` rows of ``sum(widths)`` bytes,
@@ -166,6 +126,7 @@ class FastcatRowpack(KernelBase):
         block: int = 256,
         staged: bool = False,
         outputs: tuple[int, ...] | None = None,
+        narrow_chunks: bool = False,
         target: str = "sm_90",
         dependent_launch: bool = False,
     ) -> Hashable:
@@ -185,7 +146,13 @@ class FastcatRowpack(KernelBase):
         ):
             raise ValueError(f"widths must be 1 to 8 ints >= 1 (bytes), got {widths!r}")
         outputs = _check_outputs(outputs, widths, direction)
-        pitch, n = sum(widths), rowpack_rows(widths, outputs)
+        check_choice(narrow_chunks, "narrow_chunks", (False, True))
+        if narrow_chunks and staged:
+            raise ValueError(
+                "narrow_chunks = True is not accepted with staged = True: the staging moves "
+                "whole 16-byte vectors of every chunk; accepted: staged = False"
+            )
+        pitch, n = sum(widths), rowpack_rows(widths, () if narrow_chunks else outputs)
         if n * pitch > _MAX_GROUP:
             raise ValueError(f"{n} rows of {pitch} bytes = {n * pitch} bytes a thread; at most {_MAX_GROUP}")
         if staged and 16 * _padded(block * n * pitch // 16) > _SHARED_LIMIT:
@@ -195,7 +162,7 @@ class FastcatRowpack(KernelBase):
                 "take a smaller block"
             )
         pdl = check_dependent_launch(dependent_launch, target)
-        return (direction, widths, block, staged, outputs, target, pdl)
+        return (direction, widths, block, staged, outputs, narrow_chunks, target, pdl)
 
     def __init__(
         self,
@@ -205,20 +172,29 @@ class FastcatRowpack(KernelBase):
         block: int = 256,
         staged: bool = False,
         outputs: tuple[int, ...] | None = None,
+        narrow_chunks: bool = False,
         target: str = "sm_90",
         dependent_launch: bool = False,
     ) -> None:
         key = self.cache_key(
-            direction=direction, widths=widths, block=block, staged=staged, outputs=outputs, target=target,
-            dependent_launch=dependent_launch,
+            direction=direction, widths=widths, block=block, staged=staged, outputs=outputs,
+            narrow_chunks=narrow_chunks, target=target, dependent_launch=dependent_launch,
         )  # fmt: skip
-        self.direction, self.widths, self.block_size, self.staged, outputs, self.target = key[:6]
-        self.dependent_launch: bool = key[6]
+        self.direction, self.widths, self.block_size, self.staged, outputs = key[:5]
+        self.narrow_chunks: bool = key[5]
+        self.target: str = key[6]
+        self.dependent_launch: bool = key[7]
         self.outputs: tuple[int, ...] = outputs if outputs is not None else tuple(range(len(self.widths)))
         self.name = f"fastcat_rowpack_{direction}"  # type: ignore[misc]
         self.pitch = sum(self.widths)
-        self.rows_per_thread = rowpack_rows(self.widths, self.outputs)
-        tag = ("__st" if self.staged else "") + ("__pdl" if self.dependent_launch else "")
+        n = self.rows_per_thread = rowpack_rows(self.widths, () if self.narrow_chunks else self.outputs)
+        # Each chunk's access: its n rows' bytes start at a multiple of themselves.
+        self.units = {k: math.gcd(16, n * self.widths[k]) for k in self.outputs}
+        tag = (
+            ("__st" if self.staged else "")
+            + ("__narrow" if self.narrow_chunks else "")
+            + ("__pdl" if self.dependent_launch else "")
+        )
         some = "" if outputs is None else "__out" + "_".join(map(str, self.outputs))
         self.id = f"{self.name}__{'_'.join(map(str, self.widths))}{some}__b{block}{tag}__{self.target}"
         backward = direction == "backward"
@@ -239,40 +215,50 @@ class FastcatRowpack(KernelBase):
             "block": block,
             "staged": self.staged,
             "outputs": self.outputs,
+            **({"narrow_chunks": True} if self.narrow_chunks else {}),
             **({"dependent_launch": True} if self.dependent_launch else {}),
         }
+        self._half_reg: Reg | None = None  # declared by the first 2-byte access
         self._emit()
 
     def __repr__(self) -> str:
         return (
             f"FastcatRowpack(direction={self.direction!r}, widths={self.widths!r}, "
             f"block={self.block_size}, staged={self.staged!r}, "
-            f"outputs={self.outputs!r}, target={self.target!r}, dependent_launch={self.dependent_launch})"
+            f"outputs={self.outputs!r}, narrow_chunks={self.narrow_chunks!r}, target={self.target!r}, "
+            f"dependent_launch={self.dependent_launch})"
         )
 
     def footprints(
         self, grid: tuple[int, int, int], block: tuple[int, int, int], scalars: Mapping[str, int]
     ) -> tuple[Footprint, ...]:
         """``rows * pitch`` bytes of the row side, ``rows * widths[k]`` of each chunk ``k`` it moves;
-        16-byte aligned where there is a whole group of ``n`` rows (16-byte vectors), byte
-        aligned otherwise. Grid-stride: any non-empty grid covers everything."""
+        where there is a whole group of ``n`` rows, the row side 16-byte aligned and each
+        chunk aligned to its access (16 bytes, or with ``narrow_chunks`` the widest that
+        divides its group's bytes); byte aligned otherwise. Grid-stride: any non-empty grid
+        covers everything."""
         check_launch_block(self.name, block, self.block)
         rows = scalars["rows"] if all(g > 0 for g in grid) else 0
-        align = 16 if rows >= self.rows_per_thread else 1
+        whole = rows >= self.rows_per_thread
         backward = self.direction == "backward"
-        out = [Footprint("row_ptr", rows * self.pitch, 1, align, writes=not backward)]
+        out = [Footprint("row_ptr", rows * self.pitch, 1, 16 if whole else 1, writes=not backward)]
         for k in self.outputs:
+            align = self.units[k] if whole else 1
             out.append(Footprint(f"chunk{k}_ptr", rows * self.widths[k], 1, align, writes=backward))
         return tuple(out)
 
     def _emit(self) -> None:
         widths, pitch, n = self.widths, self.pitch, self.rows_per_thread
         group = n * pitch
-        how = (
-            "The CTA moves its groups' bytes through shared memory as consecutive 16-byte vectors;"
-            if self.staged
-            else "Each thread loads and stores its own group as 16-byte vectors;"
-        )
+        if self.staged:
+            how = "The CTA moves its groups' bytes through shared memory as consecutive 16-byte vectors;"
+        elif self.narrow_chunks:
+            units = ", ".join(f"{self.units[k]}" for k in self.outputs)
+            how = (
+                f"Each thread moves its own group: rows as 16-byte vectors, chunks in {units}-byte accesses;"
+            )
+        else:
+            how = "Each thread loads and stores its own group as 16-byte vectors;"
         only = ", ".join(map(str, self.outputs))
         module = PtxModule(
             self.target,
@@ -297,7 +283,7 @@ class FastcatRowpack(KernelBase):
         fn.directive(".maxntid", self.block_size, 1, 1)
         if self.dependent_launch:
             emit_dependent_launch(fn)
-        r = _Regs(fn)
+        r = RowpackRegs(fn)
         row_ptr, rows, n_groups = r.row_ptr, r.rows, r.n_groups
 
         fn.banner("arguments")
@@ -314,48 +300,127 @@ class FastcatRowpack(KernelBase):
         fn.inst("mov.u32", r.block_dim, SPECIAL_REGS["ntid.x"])
         fn.inst("mov.u32", r.grid_dim, SPECIAL_REGS["nctaid.x"])
         fn.inst("mul.wide.u32", r.stride, r.grid_dim, r.block_dim, comment="threads in the grid")
-        fn.inst(
-            "shr.u64", n_groups, rows, n.bit_length() - 1, comment=f"whole groups ({n} is a power of two)"
-        )
+        if n == 1:
+            fn.inst("mov.u64", n_groups, rows, comment="a group is a row")
+        else:
+            fn.inst(
+                "shr.u64", n_groups, rows, n.bit_length() - 1, comment=f"whole groups ({n} is a power of two)"
+            )
         tail = fn.label("TAIL")
         if self.staged:
             self._staged_groups(fn, r, tail)
         else:
             self._direct_groups(fn, r, tail)
-        self._tail(fn, r, tail)
+        emit_tail(fn, r, tail, self.widths, self.rows_per_thread, self.outputs, self.direction == "backward")
         self.ptx_version = module.version
         self.kernel_source = module.header()
         self.entry_point_source = fn.render()
 
     # --- the bytes of one group, rearranged in registers ------------------------------------
 
-    def _chunk_vector(self, words: _WordBuilder, out: list[Reg], in_words: list[Reg], k: int, v: int) -> None:
-        """out = vector ``v`` of chunk ``k``'s bytes of the group, from the group's row-side words."""
+    def _chunk_picks(self, in_words: list[Reg], k: int, first: int, count: int) -> list[tuple[Reg, int]]:
+        """(word, byte) of bytes ``first .. first + count - 1`` of chunk ``k``'s bytes of the
+        group, among the group's row-side words."""
         widths, pitch = self.widths, self.pitch
         w, o = widths[k], sum(widths[:k])
-        for q in range(4):
-            picks = []
-            for b in range(4):
-                j = 16 * v + 4 * q + b  # byte j of this chunk's n rows
-                src = (j // w) * pitch + o + j % w
-                picks.append((in_words[src // 4], src % 4))
-            words.word(out[q], picks)
+        picks = []
+        for j in range(first, first + count):
+            src = (j // w) * pitch + o + j % w  # byte j of this chunk's n rows
+            picks.append((in_words[src // 4], src % 4))
+        return picks
 
-    def _row_vector(self, words: _WordBuilder, out: list[Reg], chunk_words: list[list[Reg]], v: int) -> None:
-        """out = vector ``v`` of the group's row-side bytes, from every chunk's words."""
+    def _chunk_vector(self, words: WordBuilder, out: list[Reg], in_words: list[Reg], k: int, v: int) -> None:
+        """out = vector ``v`` of chunk ``k``'s bytes of the group, from the group's row-side words."""
+        for q in range(4):
+            words.word(out[q], self._chunk_picks(in_words, k, 16 * v + 4 * q, 4))
+
+    def _row_vector(
+        self, words: WordBuilder, out: list[Reg], chunk_bytes: list[tuple[list[Reg], int]], v: int
+    ) -> list[Reg]:
+        """Vector ``v`` of the group's row-side bytes, from every chunk's registers
+        (``chunk_bytes[k]``: the registers and how many of chunk ``k``'s bytes each holds):
+        its four words, each a chunk's word where one holds it in order, else built in ``out``."""
         widths, pitch = self.widths, self.pitch
         offs = [sum(widths[:k]) for k in range(len(widths))]
+        vector: list[Reg] = []
         for q in range(4):
-            picks = []
+            picks, whole_words = [], []
             for b in range(4):
                 i = 16 * v + 4 * q + b
                 r, c = divmod(i, pitch)
                 k = max(kk for kk in range(len(widths)) if offs[kk] <= c)
                 src = r * widths[k] + c - offs[k]
-                picks.append((chunk_words[k][src // 4], src % 4))
-            words.word(out[q], picks)
+                regs, per = chunk_bytes[k]
+                picks.append((regs[src // per], src % per))
+                whole_words.append(per == 4)  # this byte's register holds 4 bytes of its chunk
+            if all(whole_words) and picks == [(picks[0][0], b) for b in range(4)]:
+                vector.append(picks[0][0])
+            else:
+                words.word(out[q], picks)
+                vector.append(out[q])
+        return vector
 
-    def _direct_groups(self, fn: PtxFunction, r: _Regs, tail: Label) -> None:
+    def _store_chunk(
+        self, fn: PtxFunction, words: WordBuilder, out: list[Reg], in_words: list[Reg], k: int, caddr: Reg
+    ) -> None:
+        """Chunk ``k``'s bytes of the group, at ``caddr``, in accesses of ``units[k]`` bytes."""
+        unit, size = self.units[k], self.rows_per_thread * self.widths[k]
+        kind = {16: "v4.u32", 8: "v2.u32", 4: "u32"}
+        for first in range(0, size, unit):
+            if unit >= 4:
+                regs = []
+                for q in range(unit // 4):
+                    picks = self._chunk_picks(in_words, k, first + 4 * q, 4)
+                    if picks == [(picks[0][0], b) for b in range(4)]:
+                        regs.append(picks[0][0])  # a whole row-side word, in order
+                    else:
+                        words.word(out[q], picks)
+                        regs.append(out[q])
+                value = Vec(tuple(regs)) if unit > 4 else regs[0]
+                fn.inst(f"st.global.{kind[unit]}", Addr(caddr, first), value)
+                continue
+            picks = self._chunk_picks(in_words, k, first, unit)
+            source = picks[0][0]
+            if picks != [(source, b) for b in range(unit)]:  # not already the word's low bytes
+                words.word(out[0], picks + picks[:1] * (4 - unit))
+                source = out[0]
+            if unit == 1:
+                fn.inst("st.global.b8", Addr(caddr, first), source)
+            else:
+                half = self._half(fn)
+                fn.inst("cvt.u16.u32", half, source)
+                fn.inst("st.global.b16", Addr(caddr, first), half)
+
+    def _load_chunk(self, fn: PtxFunction, k: int, caddr: Reg) -> tuple[list[Reg], int]:
+        """Load chunk ``k``'s bytes of the group from ``caddr`` in accesses of ``units[k]``
+        bytes: the registers, and how many of the chunk's bytes each holds (its low ones)."""
+        unit, size = self.units[k], self.rows_per_thread * self.widths[k]
+        per = min(unit, 4)
+        regs = [fn.reg(f"x{k}_{i}", "b32") for i in range(size // per)]
+        kind = {16: "v4.u32", 8: "v2.u32", 4: "u32"}
+        for first in range(0, size, unit):
+            if unit >= 4:
+                mine = regs[first // 4 : (first + unit) // 4]
+                value = Vec(tuple(mine)) if unit > 4 else mine[0]
+                fn.inst(f"ld.global.nc.{kind[unit]}", value, Addr(caddr, first))
+            elif unit == 2:
+                half = self._half(fn)
+                fn.inst("ld.global.nc.b16", half, Addr(caddr, first))
+                fn.inst("cvt.u32.u16", regs[first // 2], half)
+            else:
+                fn.inst("ld.global.nc.u8", regs[first], Addr(caddr, first), comment="into a word's low byte")
+        return regs, per
+
+    def _access_note(self, k: int) -> str:
+        return f"chunk {k}: {self.units[k]}-byte accesses" if self.narrow_chunks else ""
+
+    def _half(self, fn: PtxFunction) -> Reg:
+        """The 16-bit register 2-byte accesses go through, declared at first use."""
+        if self._half_reg is None:
+            self._half_reg = fn.reg("half", "b16")
+        return self._half_reg
+
+    def _direct_groups(self, fn: PtxFunction, r: RowpackRegs, tail: Label) -> None:
         """Each thread loads and stores its own group, grid-stride."""
         widths, n = self.widths, self.rows_per_thread
         group = n * self.pitch
@@ -366,7 +431,7 @@ class FastcatRowpack(KernelBase):
         fn.inst("cvt.u64.u32", tmp64, r.thread)
         fn.inst("add.u64", gi, gi, tmp64, comment=f"this thread's group of {n} rows")
         top = fn.label("LOOP")
-        words = _WordBuilder(fn)
+        words = WordBuilder(fn)
         fn.banner(f"whole groups: {group} bytes of rows as {group // 16} vectors, rearranged in registers")
         fn.place(top)
         fn.inst("setp.ge.u64", pr, gi, n_groups)
@@ -379,27 +444,21 @@ class FastcatRowpack(KernelBase):
                 fn.inst("ld.global.nc.v4.u32", Vec(tuple(in_words[4 * v : 4 * v + 4])), Addr(raddr, 16 * v),
                         comment=f"rows' bytes {16 * v}..{16 * v + 15}")  # fmt: skip
             for k in self.outputs:
-                w = widths[k]
-                fn.inst("mad.lo.u64", caddr, gi, n * w, cptr[k])
-                for v in range(n * w // 16):
-                    self._chunk_vector(words, out, in_words, k, v)
-                    fn.inst("st.global.v4.u32", Addr(caddr, 16 * v), Vec(tuple(out)))
+                fn.inst("mad.lo.u64", caddr, gi, n * widths[k], cptr[k], comment=self._access_note(k))
+                self._store_chunk(fn, words, out, in_words, k, caddr)
         else:
-            chunk_words = []
+            chunk_bytes = []
             for k, w in enumerate(widths):
-                names = [fn.reg(f"x{k}_{i}", "b32") for i in range(n * w // 4)]
-                chunk_words.append(names)
-                fn.inst("mad.lo.u64", caddr, gi, n * w, cptr[k])
-                for v in range(n * w // 16):
-                    fn.inst("ld.global.nc.v4.u32", Vec(tuple(names[4 * v : 4 * v + 4])), Addr(caddr, 16 * v))
+                fn.inst("mad.lo.u64", caddr, gi, n * w, cptr[k], comment=self._access_note(k))
+                chunk_bytes.append(self._load_chunk(fn, k, caddr))
             fn.inst("mad.lo.u64", raddr, gi, group, row_ptr)
             for v in range(group // 16):
-                self._row_vector(words, out, chunk_words, v)
-                fn.inst("st.global.v4.u32", Addr(raddr, 16 * v), Vec(tuple(out)))
+                vector = self._row_vector(words, out, chunk_bytes, v)
+                fn.inst("st.global.v4.u32", Addr(raddr, 16 * v), Vec(tuple(vector)))
         fn.inst("add.u64", gi, gi, stride)
         fn.inst("bra.uni", top)
 
-    def _staged_groups(self, fn: PtxFunction, r: _Regs, tail: Label) -> None:
+    def _staged_groups(self, fn: PtxFunction, r: RowpackRegs, tail: Label) -> None:
         """The CTA's ``block`` consecutive groups at a time (grid-stride over CTAs): every
         array's range in and out of shared memory as consecutive vectors, each group
         rearranged by its thread in between."""
@@ -471,7 +530,7 @@ class FastcatRowpack(KernelBase):
                             comment=note if j == 0 else "")  # fmt: skip
 
         top = fn.label("LOOP")
-        words = _WordBuilder(fn)
+        words = WordBuilder(fn)
         out = fn.vec("o", "b32", 4)
         fn.banner(f"whole groups, {block} at a time: through shared memory, rearranged in registers")
         fn.place(top)
@@ -505,7 +564,7 @@ class FastcatRowpack(KernelBase):
                 fn.banner(f"chunk {k} in: {chunk_vecs[k]} pass(es)")
                 passes(chunk_vecs[k], chunk_first[k], r.cptr[k], True, f"c{k}")
             fn.inst("bar.sync", 0, comment="the CTA's chunk bytes are in shared memory")
-            chunk_words: list[list[Reg]] = []
+            chunk_words: list[tuple[list[Reg], int]] = []
             for k in range(len(widths)):
                 names: list[Reg] = []
                 for v in range(chunk_vecs[k]):
@@ -515,12 +574,12 @@ class FastcatRowpack(KernelBase):
                         "ld.shared.v4.u32", vec, Addr(own), comment=f"this thread's chunk {k}, vector {v}"
                     )
                     names += list(vec.regs)
-                chunk_words.append(names)
+                chunk_words.append((names, 4))
             fn.inst("bar.sync", 0, comment="every group read before the rows overwrite it")
             for v in range(row_vecs):
-                self._row_vector(words, list(out.regs), chunk_words, v)
+                vector = self._row_vector(words, list(out.regs), chunk_words, v)
                 own_vector(0, row_vecs, v)
-                fn.inst("st.shared.v4.u32", Addr(own), out, comment=f"row side, vector {v}")
+                fn.inst("st.shared.v4.u32", Addr(own), Vec(tuple(vector)), comment=f"row side, vector {v}")
             fn.inst("bar.sync", 0, comment="every group's rows are in shared memory")
             fn.banner(f"row side out: {row_vecs} pass(es)")
             passes(row_vecs, 0, r.row_ptr, False, "r")
@@ -530,68 +589,3 @@ class FastcatRowpack(KernelBase):
         # vectors) all came before this round's third barrier.
         fn.inst("add.u64", g0, g0, step)
         fn.inst("bra.uni", top)
-
-    def _tail(self, fn: PtxFunction, r: _Regs, tail: Label) -> None:
-        """The last ``rows % n`` rows: one thread per byte (at most 127 of them)."""
-        widths, pitch, n = self.widths, self.pitch, self.rows_per_thread
-        group = n * pitch
-        offs = [sum(widths[:k]) for k in range(len(widths))]
-        row_ptr, cptr, rows, n_groups, stride = r.row_ptr, r.cptr, r.rows, r.n_groups, r.stride
-        tmp64, pr, raddr, caddr = r.tmp64, r.pr, r.raddr, r.caddr
-        thread, block_id, block_dim = r.thread, r.block_id, r.block_dim
-        fn.banner(f"the last rows % {n} rows, a byte a thread")
-        fn.place(tail)
-        tail_row, tail_byte, gt = fn.reg("tail_row", "u64"), fn.reg("tail_byte", "u64"), fn.reg("gt", "u64")
-        col, byte = fn.reg("col", "u32"), fn.reg("byte", "b16")
-        all_bytes, tail_start = fn.reg("all_bytes", "u64"), fn.reg("tail_start", "u64")
-        in_tail, tail_r = fn.reg("in_tail", "u32"), fn.reg("tail_r", "u32")
-        fn.inst("mul.wide.u32", gt, block_id, block_dim)
-        fn.inst("cvt.u64.u32", tmp64, thread)
-        fn.inst("add.u64", gt, gt, tmp64)
-        fn.inst("mul.lo.u64", tail_byte, n_groups, group)
-        fn.inst("add.u64", tail_byte, tail_byte, gt, comment="this thread's first byte of the row side")
-        fn.inst("mul.lo.u64", all_bytes, rows, pitch)
-        fn.inst("mul.lo.u64", tail_start, n_groups, n, comment="first tail row")
-        tail_loop, done, next_byte = fn.label("TAIL_LOOP"), fn.label("DONE"), fn.label("TAIL_NEXT_BYTE")
-        fn.place(tail_loop)
-        fn.inst("setp.ge.u64", pr, tail_byte, all_bytes)
-        fn.inst("bra", done, guard=pr, comment="threads of a warp may differ from here on")
-        fn.inst("mul.lo.u64", tmp64, n_groups, group)
-        fn.inst("sub.u64", tmp64, tail_byte, tmp64)
-        fn.inst("cvt.u32.u64", in_tail, tmp64, comment=f"< {group}: 32-bit division by a constant is inline")
-        fn.inst("div.u32", tail_r, in_tail, pitch)
-        fn.inst("mul.lo.u32", col, tail_r, pitch)
-        fn.inst("sub.u32", col, in_tail, col)
-        fn.inst("cvt.u64.u32", tail_row, tail_r)
-        fn.inst("add.u64", tail_row, tail_row, tail_start)
-        fn.inst("add.u64", raddr, row_ptr, tail_byte)
-        backward = self.direction == "backward"
-        if backward:
-            # Every byte of the rows is read, as the groups read them: a byte of a chunk
-            # this kernel does not write (outputs) is read and then falls through the tests.
-            fn.inst("ld.global.nc.b8", byte, Addr(raddr))
-        for k in self.outputs:
-            w, o = widths[k], offs[k]
-            nxt = fn.label("TAIL_NEXT")
-            fn.inst("setp.lt.u32", pr, col, o, comment=f"chunk {k}: columns {o}..{o + w - 1}")
-            fn.inst("bra", nxt, guard=pr)
-            fn.inst("setp.ge.u32", pr, col, o + w)
-            fn.inst("bra", nxt, guard=pr)
-            fn.inst("mad.lo.u64", caddr, tail_row, w, cptr[k])
-            fn.inst("cvt.u64.u32", tmp64, col)
-            fn.inst("add.u64", caddr, caddr, tmp64)
-            fn.inst("sub.u64", caddr, caddr, o)
-            if backward:
-                fn.inst("st.global.b8", Addr(caddr), byte)
-            else:
-                fn.inst("ld.global.nc.b8", byte, Addr(caddr))
-                fn.inst("st.global.b8", Addr(raddr), byte)
-            fn.inst("bra", next_byte)
-            fn.place(nxt)
-        fn.place(next_byte)
-        fn.inst(
-            "add.u64", tail_byte, tail_byte, stride, comment="a grid may have fewer threads than tail bytes"
-        )
-        fn.inst("bra", tail_loop)
-        fn.place(done)
-        fn.inst("ret")

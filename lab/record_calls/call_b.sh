@@ -19,14 +19,14 @@ if [ "${ALLOC_STATE:-1}" = 1 ]; then
         > /tmp/logs/alloc-state.log 2>&1
     echo alloc-state rc $?
 fi
-# the small shapes: planned rect against it built without dependent launch and the one-column patch
+# the small shapes: the planned direct rowpack (narrow chunks) against rect and other block sizes
 for pass in 1 2; do
-    timeout 90 python3 lab/rect_prologue.py --out-dir /tmp/logs/rect-prologue-$pass --reps 100 \
-        --cases '2048x\(3\+5\+24\)|512x\(64\*2\)' > /tmp/logs/rect-prologue-$pass.log 2>&1
-    echo rect-prologue pass $pass rc $?
+    timeout 90 python3 lab/small_rowpack.py --out-dir /tmp/logs/small-rowpack-$pass --reps 100 \
+        > /tmp/logs/small-rowpack-$pass.log 2>&1
+    echo small-rowpack pass $pass rc $?
 done
-python3 lab/rect_prologue.py --summarize /tmp/logs/rect-prologue-1 /tmp/logs/rect-prologue-2 \
-    -o /tmp/logs/rect-prologue-small.json | tail -3
+python3 lab/small_rowpack.py --summarize /tmp/logs/small-rowpack-1 /tmp/logs/small-rowpack-2 \
+    -o /tmp/logs/small-rowpack.json | tail -8
 tar czf "$OUT/records-b.tgz" docs/sanitizer.json docs/perf/launch.json docs/perf/launch.md docs/perf/ops.json \
     docs/perf/ops.md docs/perf/embed.json -C /tmp logs
 tail -12 /tmp/logs/sanitize.log; tail -25 /tmp/logs/launch.log; tail -15 /tmp/logs/embed.log

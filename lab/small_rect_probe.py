@@ -68,7 +68,7 @@ def variants(
     if family == "rect":
         width, unroll = planned_kernel.width, planned_kernel.unroll
         label = f"planned split: rect, {len(SIZES)} chunks, {width}-byte x {unroll}"
-    else:  # (patches/small-rowpack.patch) the rect main plans: the element's width, 32 bytes a thread
+    else:  # direct rowpack since c0a7e37; the rect planned before it: the element's width, 32 B a thread
         width, unroll = isz, min(8, 32 // isz)
         label = f"planned split: {family}"
 

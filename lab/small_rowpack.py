@@ -1,12 +1,11 @@
-"""Study: the small shapes as direct rowpack with narrow chunks (the planner's rule in
-``patches/small-rowpack.patch``), against the rect launch main plans for them (issue 24:
->= 0.92 of the copy).
+"""Study: the small shapes as direct rowpack with narrow chunks (the planner's rule
+``fastcat._small_rowpack``, landed in c0a7e37), against the rect launch planned for them
+before it (issue 24: >= 0.92 of the copy).
 
-    git apply lab/patches/small-rowpack.patch
     python lab/small_rowpack.py --out-dir DIR [--reps N] [--cases REGEX]
     python lab/small_rowpack.py --summarize DIR [DIR ...] [-o lab/data/small-rowpack.json]
 
-With the patch, a split or concat of at most ``fastcat.SMALL_OP_BYTES`` a side at a granule under 8
+A split or concat of at most ``fastcat.SMALL_OP_BYTES`` a side at a granule under 8
 bytes, whose rows make whole 16-byte vectors in groups of at most
 ``fastcat.SMALL_ROWPACK_GROUP`` bytes, is planned as one direct ``rowpack`` launch with
 ``narrow_chunks``: a thread moves its rows' bytes as 16-byte vectors and each chunk's in
@@ -43,10 +42,6 @@ FORMS = {
 def run(args: argparse.Namespace) -> int:
     from study_cli import register_forms, run_bench
 
-    from ptxgen.kernels import fastcat
-
-    if not hasattr(fastcat, "SMALL_ROWPACK_GROUP"):
-        raise SystemExit("small_rowpack.py times patches/small-rowpack.patch: git apply it first")
     register_forms(FORMS)
     forms = "|".join(re.escape(suffix) for suffix in FORMS)
     return run_bench(args.cases, rf"^ours: (fused({forms})?|runtime op)$", args.reps, args.out_dir)

@@ -15,7 +15,7 @@ How each case is measured:
     cost stays out of device time), then a read of an unrelated 256 MB buffer fills
     the L2 (60 MB on an H200) with clean lines: every method starts alike;
   * methods interleaved run by run, the order rotated each round, --reps runs each
-    after --warmup, the median taken;
+    after --warmup (SMALL_REPS_FACTOR times as many on the small shapes), the median taken;
   * GB/s = honest traffic / time: bytes written plus every 32-byte sector of the
     source that holds needed bytes;
   * the ceiling: the better of cuMemcpyDtoD and a flat 16-byte copy kernel (PTX,
@@ -52,6 +52,18 @@ from runtime.plan import seed_block_size  # noqa: E402
 
 FLUSH_BYTES = 256 << 20
 # What the sweep times: the ceilings, our two ways in, PyTorch's best methods and tuned Triton.
+# The small shapes (<= 1 MB a side) run about 4 us, where the run-to-run spread is a few
+# tenths of a microsecond: a median of 20 runs put the small f32 cells at 0.88-0.90 of the
+# flat copy where 100 runs in the same call put them at 0.93-0.94 (the H200 record of tree
+# 61d0ed1e and lab/data/small-rowpack-h200.json). Their runs are cheap, so they get more.
+SMALL_REPS_FACTOR = 5
+
+
+def case_reps(case: Case, reps: int) -> int:
+    """The timed runs a case gets: ``reps``, or ``SMALL_REPS_FACTOR`` times it for a small shape."""
+    return reps * SMALL_REPS_FACTOR if case.group == "small" else reps
+
+
 SWEEP_METHODS = {
     "copy: cuMemcpyDtoD",
     "copy: 16-byte PTX kernel",
@@ -355,16 +367,18 @@ def main(argv: list[str] | None = None) -> int:
     for i, case in enumerate(cases, 1):
         t0 = time.perf_counter()
         mine = [m for m in methods if case.op in m.ops and (case.group != "sweep" or m.name in SWEEP_METHODS)]
-        rows = run_case(ctx, case, mine, reps, args.warmup)
+        rows = run_case(ctx, case, mine, case_reps(case, reps), args.warmup)
         if case.group == "sweep":
             for row in rows:
                 row.update(sweep=True, seed=seed)
         results += rows
         print(f"[{i}/{len(cases)}] {case.name}: {time.perf_counter() - t0:.1f} s", flush=True)
     doc.update(
-        runs=f"median of {reps} runs after {args.warmup} warm-up" + (" (--quick)" if args.quick else ""),
+        runs=f"median of {reps} runs ({reps * SMALL_REPS_FACTOR} on the small shapes) after "
+        f"{args.warmup} warm-up" + (" (--quick)" if args.quick else ""),
         quick=args.quick,
         reps=reps,
+        small_reps=reps * SMALL_REPS_FACTOR,
         warmup=args.warmup,
         spin_us=args.spin_us,
         sweep={"shapes": args.sweep, "seed": seed} if args.sweep else None,

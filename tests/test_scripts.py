@@ -319,3 +319,19 @@ def test_the_benchmark_rotates_its_methods_round_by_round():
     times, failed = ctx.time_runs(runs, 6)
     assert calls == list("abcbcacababcbcacab") and not failed
     assert {name: len(t) for name, t in times.items()} == {"a": 6, "b": 6, "c": 6}
+
+
+def test_the_small_shapes_get_more_timed_runs():
+    """A 4 us case's median of 20 runs is within its own spread of the figures compared
+    (bench.SMALL_REPS_FACTOR's comment); the large shapes keep the runs asked for."""
+    import bench
+    from bench_cases import all_cases
+
+    cases = all_cases(("u8",))
+    small = [c for c in cases if c.group == "small"]
+    others = [c for c in cases if c.group != "small"]
+    assert small and others
+    assert all(c.traffic() <= 2 * 2**20 for c in small), "small: at most 1 MB a side"
+    assert {bench.case_reps(c, 20) for c in small} == {20 * bench.SMALL_REPS_FACTOR}
+    assert {bench.case_reps(c, 20) for c in others} == {20}
+    assert bench.SMALL_REPS_FACTOR > 1

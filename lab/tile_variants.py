@@ -284,6 +284,37 @@ def window_tile(name: str) -> Any:
     return WindowTile
 
 
+# ``identity``: the planned row gather with its gather replaced by the staging area read
+# back in place (row vector i from staged vector i, one aligned 16-byte load a vector):
+# the concat's DRAM traffic, cp.async staging, barriers and stores, without the
+# re-indexing (no locate, no windows, no merge). Its results are wrong by design (the
+# check says so); its time is what the tile's structure costs without the gather.
+FORWARD_ONLY += [("identity", {}, None)]
+
+
+def identity_tile() -> Any:
+    """``FastcatTile`` whose row gather stores staged vector i as row vector i (the
+    variant ``identity``): a traffic bound, not a copy."""
+    from ptxgen.kernels.fastcat_tile import FastcatTile
+
+    class IdentityTile(FastcatTile):
+        def _gather_rows(self) -> None:
+            e = self.e
+            e.reg("u32", "id_at")
+            e.reg("u64", "rg_g")
+            out = e.data("rg_v", 16)
+            for u in range(self.unroll):
+                self._row_vector(u)
+                skip = e.label("ID_SKIP")
+                e.bra(skip, guard=f"full_{u}", neg=True)
+                e("add.u32", "id_at", "staging", f"off_{u}")
+                e("ld.shared.v4.u32", out, e.at("id_at"), why="staged vector i, aligned")
+                self._store_row_vector(u, out)
+                e.place(skip)
+
+    return IdentityTile
+
+
 def base_factory(path: Path) -> Any:
     """A stand-in for ``FastcatTile`` built from an earlier copy of fastcat_tile.py (the
     keyword arguments it does not know dropped), loaded as ``lab/tile_study.py`` loads one."""
@@ -326,6 +357,8 @@ def run_case(
             fastcat_tile.FastcatTile = resident_tile(RESIDENT[name])
         elif name in WINDOWS:
             fastcat_tile.FastcatTile = window_tile(name)
+        elif name == "identity":
+            fastcat_tile.FastcatTile = identity_tile()
         runtime.ops.clear_plans()
         reset()
         try:
@@ -378,6 +411,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             got = [r[name]["of_flat"] for r in results if r["op"] == op and "of_flat" in r.get(name, {})]
             if got:
                 summary[f"{name} {op}"] = {"median": statistics.median(got), "min": min(got), "n": len(got)}
+            for dt in TORCH_DTYPES:  # and by dtype: the H200's 1-byte concats trail its others
+                got = [
+                    r[name]["of_flat"]
+                    for r in results
+                    if r["op"] == op and r["dtype"] == dt and "of_flat" in r.get(name, {})
+                ]
+                if got:
+                    cell = {"median": statistics.median(got), "min": min(got), "n": len(got)}
+                    summary[f"{name} {op} {dt}"] = cell
     for key in sorted(summary):
         print(f"{key}: {summary[key]}")
     header = records.header(records.command_line(), records.tree_hash())

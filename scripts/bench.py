@@ -52,18 +52,6 @@ from runtime.plan import seed_block_size  # noqa: E402
 
 FLUSH_BYTES = 256 << 20
 # What the sweep times: the ceilings, our two ways in, PyTorch's best methods and tuned Triton.
-# The small shapes (<= 1 MB a side) run about 4 us, where the run-to-run spread is a few
-# tenths of a microsecond: a median of 20 runs put the small f32 cells at 0.88-0.90 of the
-# flat copy where 100 runs in the same call put them at 0.93-0.94 (the H200 record of tree
-# 61d0ed1e and lab/data/small-rowpack-h200.json). Their runs are cheap, so they get more.
-SMALL_REPS_FACTOR = 5
-
-
-def case_reps(case: Case, reps: int) -> int:
-    """The timed runs a case gets: ``reps``, or ``SMALL_REPS_FACTOR`` times it for a small shape."""
-    return reps * SMALL_REPS_FACTOR if case.group == "small" else reps
-
-
 SWEEP_METHODS = {
     "copy: cuMemcpyDtoD",
     "copy: 16-byte PTX kernel",
@@ -76,6 +64,16 @@ SWEEP_METHODS = {
     "triton: 2-D tiles, tuned",
 }
 POISON = 0xA5
+# The small shapes (<= 1 MB a side) run about 4 us, where the run-to-run spread is a few
+# tenths of a microsecond: a median of 20 runs put the small f32 cells at 0.88-0.90 of the
+# flat copy where 100 runs in the same call put them at 0.93-0.94 (the H200 record of tree
+# 61d0ed1e and lab/data/small-rowpack-h200.json). Their runs are cheap, so they get more.
+SMALL_REPS_FACTOR = 5
+
+
+def case_reps(case: Case, reps: int) -> int:
+    """The timed runs a case gets: ``reps``, or ``SMALL_REPS_FACTOR`` times it for a small shape."""
+    return reps * SMALL_REPS_FACTOR if case.group == "small" else reps
 
 
 class Context:

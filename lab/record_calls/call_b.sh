@@ -28,6 +28,14 @@ for pass in $([ "${STUDY:-1}" = 1 ] && echo 1 2); do
 done
 [ "${STUDY:-1}" = 1 ] && python3 lab/small_rowpack.py --summarize /tmp/logs/small-rowpack-1 /tmp/logs/small-rowpack-2 \
     -o /tmp/logs/small-rowpack.json | tail -8
+# the concat tile's structure without its gather (lab/tile_variants.py's ``identity``
+# against the planned kernel on a sweep's concats where a tile runs; IDENTITY=1 runs it,
+# about 150 s on an H200)
+if [ "${IDENTITY:-0}" = 1 ]; then
+    (cd lab && timeout 200 python3 tile_variants.py --sweep 96 --seed 20261301 --ops concat \
+        --variants planned,identity -o /tmp/logs/tile-identity.json > /tmp/logs/tile-identity.log 2>&1)
+    echo tile-identity rc $?; tail -4 /tmp/logs/tile-identity.log
+fi
 tar czf "$OUT/records-b.tgz" docs/sanitizer.json docs/perf/launch.json docs/perf/launch.md docs/perf/ops.json \
     docs/perf/ops.md docs/perf/embed.json -C /tmp logs
 tail -12 /tmp/logs/sanitize.log; tail -25 /tmp/logs/launch.log; tail -15 /tmp/logs/embed.log

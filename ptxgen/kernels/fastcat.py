@@ -18,7 +18,6 @@ of each row. A split or concat moves every chunk (one launch per group of at mos
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -480,13 +479,13 @@ def _small_rowpack(
     in groups of at most :data:`SMALL_ROWPACK_GROUP` bytes, every chunk's pointer is aligned
     to its access and a group makes at most :data:`SMALL_ROWPACK_ACCESSES` of them; else
     None. ``ids``: every non-empty chunk (rowpack compiles in the whole row)."""
-    from .fastcat_rowpack import rowpack_rows
+    from .fastcat_rowpack import chunk_access, rowpack_rows
 
     if gap or row_mod16 or len(ids) > 8 or rows * pitch > SMALL_OP_BYTES or min(w.values()) >= 8:
         return None
     narrow = tuple(widths[k] for k in ids)
     n = rowpack_rows(narrow, ())
-    units = {k: math.gcd(16, n * widths[k]) for k in ids}  # each piece's access (FastcatRowpack.units)
+    units = {k: chunk_access(n, widths[k]) for k in ids}  # each piece's access, as the kernel takes it
     if n * pitch > SMALL_ROWPACK_GROUP or any(mods[k] % units[k] for k in ids):
         return None
     if sum(n * widths[k] // units[k] for k in ids) > SMALL_ROWPACK_ACCESSES:

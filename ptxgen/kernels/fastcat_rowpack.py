@@ -73,6 +73,12 @@ def rowpack_rows(widths: tuple[int, ...], outputs: tuple[int, ...] | None = None
     return n
 
 
+def chunk_access(rows_per_thread: int, width: int) -> int:
+    """Bytes a narrow chunk moves per access: its ``rows_per_thread`` rows' bytes start at a
+    multiple of themselves, so the widest power of two up to 16 dividing them."""
+    return math.gcd(16, rows_per_thread * width)
+
+
 def _check_outputs(outputs: object, widths: tuple[int, ...], direction: str) -> tuple[int, ...] | None:
     """None (every chunk) or the chunks a backward kernel writes: distinct, ascending
     indices of ``widths``."""
@@ -188,8 +194,7 @@ class FastcatRowpack(KernelBase):
         self.name = f"fastcat_rowpack_{direction}"  # type: ignore[misc]
         self.pitch = sum(self.widths)
         n = self.rows_per_thread = rowpack_rows(self.widths, () if self.narrow_chunks else self.outputs)
-        # Each chunk's access: its n rows' bytes start at a multiple of themselves.
-        self.units = {k: math.gcd(16, n * self.widths[k]) for k in self.outputs}
+        self.units = {k: chunk_access(n, self.widths[k]) for k in self.outputs}
         tag = (
             ("__st" if self.staged else "")
             + ("__narrow" if self.narrow_chunks else "")

@@ -155,7 +155,7 @@ def byte_walk_tile() -> Any:
     return ByteWalkTile
 
 
-def resident_tile(ctas: int) -> Any:
+def resident_tile(ctas: int, base: Any = None) -> Any:
     """``FastcatTile`` asking ptxas for room for ``ctas`` resident CTAs an SM
     (``.minnctapersm``, which caps its registers at 64K / (ctas * block)), where the shipped
     rule asks for min(1024 / block, 16 / unroll): 2 for 32 KB tiles of 256 threads, which
@@ -165,10 +165,12 @@ def resident_tile(ctas: int) -> Any:
 
     from ptxgen.kernels.fastcat_tile import FastcatTile
 
-    class ResidentTile(FastcatTile):
+    base = FastcatTile if base is None else base
+
+    class ResidentTile(base):
         @cached_property
         def source(self) -> str:
-            return re.sub(r"\.minnctapersm\s+\d+", f".minnctapersm {ctas}", FastcatTile.source.func(self))
+            return re.sub(r"\.minnctapersm\s+\d+", f".minnctapersm {ctas}", base.source.func(self))
 
     return ResidentTile
 
@@ -290,14 +292,26 @@ def window_tile(name: str) -> Any:
 # re-indexing (no locate, no windows, no merge). Its results are wrong by design (the
 # check says so); its time is what the tile's structure costs without the gather.
 FORWARD_ONLY += [("identity", {}, None)]
+# Where the structure's cost goes (tile-identity-h200.json: identity at 0.955 of the flat
+# copy): the same bytes in flight an SM in tiles half as large, each barrier waiting on
+# half the copies (128 threads, 16 KB, ten resident CTAs against five of 256 threads and
+# 32 KB), with and without the gather; and 16 KB tiles of 256 threads (half the bytes in
+# flight). name -> (changes to the spec, identity, resident CTAs asked or None).
+STRUCTURE = {
+    "id_b128_r10": ({"block": 128}, True, 10),
+    "b128_r10": ({"block": 128}, False, 10),
+    "id_u4": ({"unroll": 4}, True, None),
+    "id_b128_r12": ({"block": 128}, True, 12),  # more in flight: 12 x 16 KB (40 registers)
+}
+FORWARD_ONLY += [(name, change, None) for name, (change, _, _) in STRUCTURE.items()]
 
 
-def identity_tile() -> Any:
-    """``FastcatTile`` whose row gather stores staged vector i as row vector i (the
-    variant ``identity``): a traffic bound, not a copy."""
+def identity_tile(base: Any = None) -> Any:
+    """``FastcatTile`` (or ``base``) whose row gather stores staged vector i as row vector
+    i (the variant ``identity``): a traffic bound, not a copy."""
     from ptxgen.kernels.fastcat_tile import FastcatTile
 
-    class IdentityTile(FastcatTile):
+    class IdentityTile(FastcatTile if base is None else base):
         def _gather_rows(self) -> None:
             e = self.e
             e.reg("u32", "id_at")
@@ -359,6 +373,10 @@ def run_case(
             fastcat_tile.FastcatTile = window_tile(name)
         elif name == "identity":
             fastcat_tile.FastcatTile = identity_tile()
+        elif name in STRUCTURE:
+            _, identity, ctas = STRUCTURE[name]
+            made = resident_tile(ctas) if ctas else ours
+            fastcat_tile.FastcatTile = identity_tile(made) if identity else made
         runtime.ops.clear_plans()
         reset()
         try:

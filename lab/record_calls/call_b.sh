@@ -36,6 +36,15 @@ if [ "${IDENTITY:-0}" = 1 ]; then
         --variants planned,identity -o /tmp/logs/tile-identity.json > /tmp/logs/tile-identity.log 2>&1)
     echo tile-identity rc $?; tail -4 /tmp/logs/tile-identity.log
 fi
+# the concat tile's size: the planned kernel against 16 KB tiles (u4_r5) on three sweeps
+# concats where a tile runs (TILE_SIZE=1 runs it, about 100 s)
+if [ "${TILE_SIZE:-0}" = 1 ]; then
+    for s in 20261301 20261303 20261304; do
+        (cd lab && timeout 150 python3 tile_variants.py --sweep 64 --seed $s --ops concat \
+            --variants planned,u4_r5 -o /tmp/logs/tile-size-$s.json > /tmp/logs/tile-size-$s.log 2>&1)
+        echo tile-size $s rc $?; tail -3 /tmp/logs/tile-size-$s.log
+    done
+fi
 tar czf "$OUT/records-b.tgz" docs/sanitizer.json docs/perf/launch.json docs/perf/launch.md docs/perf/ops.json \
     docs/perf/ops.md docs/perf/embed.json -C /tmp logs
 tail -12 /tmp/logs/sanitize.log; tail -25 /tmp/logs/launch.log; tail -15 /tmp/logs/embed.log

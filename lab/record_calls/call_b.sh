@@ -8,10 +8,22 @@ export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
 python3 scripts/gpu_check.py --tree-hash
 mkdir -p /tmp/logs
-python3 scripts/sanitize.py > /tmp/logs/sanitize.log 2>&1; echo sanitize rc $?
-python3 scripts/bench_launch.py > /tmp/logs/launch.log 2>&1; echo launch rc $?
-python3 scripts/bench_ops.py > /tmp/logs/ops.log 2>&1; echo ops rc $?  # 1 where a result was wrong
-python3 scripts/bench_embed.py > /tmp/logs/embed.log 2>&1; echo embed rc $?
+# The tarball is packed again after every step, with the records of the steps that ran:
+# a call cut short (its limit, the session's device time, the machine taken back) still
+# returns what it finished, and a later call runs only the rest (STEPS="ops embed").
+done_records=()
+pack() { tar czf "$OUT/records-b.tgz" "${done_records[@]}" -C /tmp logs; }
+step() {  # step NAME LOG RECORDS... -- COMMAND...
+    local name=$1 log=$2; shift 2
+    local records=(); while [ "$1" != -- ]; do records+=("$1"); shift; done; shift
+    case " ${STEPS:-sanitize launch ops embed} " in *" $name "*) ;; *) return ;; esac
+    "$@" > "/tmp/logs/$log" 2>&1; echo "$name rc $?"  # ops: 1 where a result was wrong
+    done_records+=("${records[@]}"); pack
+}
+step sanitize sanitize.log docs/sanitizer.json -- python3 scripts/sanitize.py
+step launch launch.log docs/perf/launch.json docs/perf/launch.md -- python3 scripts/bench_launch.py
+step ops ops.log docs/perf/ops.json docs/perf/ops.md -- python3 scripts/bench_ops.py
+step embed embed.log docs/perf/embed.json -- python3 scripts/bench_embed.py
 # studies after the records (their output in logs/, in the same tarball); ALLOC_STATE=0
 # skips the allocator probe (up to 120 s) where device time is short
 if [ "${ALLOC_STATE:-1}" = 1 ]; then
@@ -36,7 +48,7 @@ if [ "${IDENTITY:-0}" = 1 ]; then
         --variants planned,identity -o /tmp/logs/tile-identity.json > /tmp/logs/tile-identity.log 2>&1)
     echo tile-identity rc $?; tail -4 /tmp/logs/tile-identity.log
 fi
-# the concat tile's size: the planned kernel against 16 KB tiles (u4_r5) on three sweeps
+# the concat tile's size: the planned kernel against 16 KB tiles (u4_r5) on three sweeps'
 # concats where a tile runs (TILE_SIZE=1 runs it, about 100 s)
 if [ "${TILE_SIZE:-0}" = 1 ]; then
     for s in 20261301 20261303 20261304; do
@@ -45,6 +57,5 @@ if [ "${TILE_SIZE:-0}" = 1 ]; then
         echo tile-size $s rc $?; tail -3 /tmp/logs/tile-size-$s.log
     done
 fi
-tar czf "$OUT/records-b.tgz" docs/sanitizer.json docs/perf/launch.json docs/perf/launch.md docs/perf/ops.json \
-    docs/perf/ops.md docs/perf/embed.json -C /tmp logs
-tail -12 /tmp/logs/sanitize.log; tail -25 /tmp/logs/launch.log; tail -15 /tmp/logs/embed.log
+pack
+for f in sanitize launch embed; do [ -f /tmp/logs/$f.log ] && tail -15 /tmp/logs/$f.log; done

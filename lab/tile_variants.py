@@ -291,13 +291,13 @@ def window_tile(name: str) -> Any:
 # the concat's DRAM traffic, cp.async staging, barriers and stores, without the
 # re-indexing (no locate, no windows, no merge). Its results are wrong by design (the
 # check says so); its time is what the tile's structure costs without the gather.
-FORWARD_ONLY += [("identity", {}, None)]
 # Where the structure's cost goes (tile-identity-h200.json: identity at 0.955 of the flat
 # copy): the same bytes in flight an SM in tiles half as large, each barrier waiting on
 # half the copies (128 threads, 16 KB, ten resident CTAs against five of 256 threads and
 # 32 KB), with and without the gather; and 16 KB tiles of 256 threads (half the bytes in
 # flight). name -> (changes to the spec, identity, resident CTAs asked or None).
 STRUCTURE = {
+    "identity": ({}, True, None),
     "id_b128_r10": ({"block": 128}, True, 10),
     "b128_r10": ({"block": 128}, False, 10),
     "id_u4": ({"unroll": 4}, True, None),
@@ -371,8 +371,6 @@ def run_case(
             fastcat_tile.FastcatTile = resident_tile(RESIDENT[name])
         elif name in WINDOWS:
             fastcat_tile.FastcatTile = window_tile(name)
-        elif name == "identity":
-            fastcat_tile.FastcatTile = identity_tile()
         elif name in STRUCTURE:
             _, identity, ctas = STRUCTURE[name]
             made = resident_tile(ctas) if ctas else ours
@@ -426,18 +424,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     for name in {k for r in results for k, v in r.items() if isinstance(v, dict) and "of_flat" in v}:
         for op in ("split", "concat"):
-            got = [r[name]["of_flat"] for r in results if r["op"] == op and "of_flat" in r.get(name, {})]
-            if got:
-                summary[f"{name} {op}"] = {"median": statistics.median(got), "min": min(got), "n": len(got)}
-            for dt in TORCH_DTYPES:  # and by dtype: the H200's 1-byte concats trail its others
+            # the op's cells, then by dtype: the H200's 1-byte concats trail its others
+            for dt in (None, *TORCH_DTYPES):
                 got = [
                     r[name]["of_flat"]
                     for r in results
-                    if r["op"] == op and r["dtype"] == dt and "of_flat" in r.get(name, {})
+                    if r["op"] == op and dt in (None, r["dtype"]) and "of_flat" in r.get(name, {})
                 ]
                 if got:
-                    cell = {"median": statistics.median(got), "min": min(got), "n": len(got)}
-                    summary[f"{name} {op} {dt}"] = cell
+                    key = f"{name} {op}" if dt is None else f"{name} {op} {dt}"
+                    summary[key] = {"median": statistics.median(got), "min": min(got), "n": len(got)}
     for key in sorted(summary):
         print(f"{key}: {summary[key]}")
     header = records.header(records.command_line(), records.tree_hash())

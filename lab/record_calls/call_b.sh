@@ -57,5 +57,14 @@ if [ "${TILE_SIZE:-0}" = 1 ]; then
         echo tile-size $s rc $?; tail -3 /tmp/logs/tile-size-$s.log
     done
 fi
+# the row gather's windows below a 4-byte granule as three 8-byte loads (rg_v2) against the
+# planned five words, on two sweeps' concats where a tile runs (RG_V2=1 runs it, about 70 s)
+if [ "${RG_V2:-0}" = 1 ]; then
+    for s in 20261301 20261303; do
+        (cd lab && timeout 150 python3 tile_variants.py --sweep 64 --seed $s --ops concat \
+            --variants planned,rg_v2 -o /tmp/logs/rg-v2-$s.json > /tmp/logs/rg-v2-$s.log 2>&1)
+        echo rg-v2 $s rc $?; grep -E "^(planned|rg_v2) concat" /tmp/logs/rg-v2-$s.log
+    done
+fi
 pack
 for f in sanitize launch embed; do [ -f /tmp/logs/$f.log ] && tail -15 /tmp/logs/$f.log; done

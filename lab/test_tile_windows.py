@@ -14,7 +14,8 @@ from ptxgen import toolchain
 GATHER_JOBS = [
     job
     for job in test_fastcat_tile._sim_jobs()
-    if job[-1] and test_fastcat_tile._granule(
+    if job[-1]
+    and test_fastcat_tile._granule(
         job[0][3],
         sum(job[0][1]),
         [sum(job[0][1][:k]) for k in range(len(job[0][1]))],

@@ -224,7 +224,7 @@ def _v4_window(self: Any, regs: list[str], base: str) -> None:
     """Two aligned 16-byte loads from the vector holding the window's byte 0, then the
     window's words chosen by the offset's bits 3 and 2 (selects) and 1-0 (funnel shifts).
     Reads up to 31 bytes past %base: inside the staging area's 32 bytes of padding."""
-    e, g = self.e, self.granule
+    e = self.e
     e.reg("u32", "w_at", "w_q", "w_sh")
     v = [f"v4w{i}" for i in range(8)]
     t = [f"v4t{i}" for i in range(6)]
@@ -236,20 +236,28 @@ def _v4_window(self: Any, regs: list[str], base: str) -> None:
     e("ld.shared.v4.u32", v[4:], e.at("w_at", 16))
     e("and.b32", "w_q", base, 8)
     e("setp.ne.u32", "w_p8", "w_q", 0)
-    e("and.b32", "w_q", base, 4)
-    e("setp.ne.u32", "w_p4", "w_q", 0)
     for i in range(6):
         e("selp.b32", t[i], v[i + 2], v[i], "w_p8")
-    if g == 4:
+    _window_from_six(self, regs, t, u, base)
+
+
+def _window_from_six(self: Any, regs: list[str], six: list[str], five: list[str], base: str) -> None:
+    """%regs = the window in the six aligned words %six, whose first or second word holds
+    its byte 0 (bit 2 of %base says which): the five words from there (selects into %five),
+    funnel-shifted by %base's bits 1-0; at a 4-byte granule the four words as they are."""
+    e = self.e
+    e("and.b32", "w_q", base, 4)
+    e("setp.ne.u32", "w_p4", "w_q", 0, why="byte 0 in the second word")
+    if self.granule == 4:
         for j in range(4):
-            e("selp.b32", regs[j], t[j + 1], t[j], "w_p4")
+            e("selp.b32", regs[j], six[j + 1], six[j], "w_p4")
         return
     for j in range(5):
-        e("selp.b32", u[j], t[j + 1], t[j], "w_p4")
+        e("selp.b32", five[j], six[j + 1], six[j], "w_p4")
     e("and.b32", "w_sh", base, 3)
     e("shl.b32", "w_sh", "w_sh", 3)
     for j in range(4):
-        e("shf.r.clamp.b32", regs[j], u[j], u[j + 1], "w_sh")
+        e("shf.r.clamp.b32", regs[j], five[j], five[j + 1], "w_sh")
 
 
 def _v2_window(self: Any, regs: list[str], base: str) -> None:
@@ -267,14 +275,7 @@ def _v2_window(self: Any, regs: list[str], base: str) -> None:
     e("and.b32", "w_at", base, -8, why="the aligned doubleword holding the window's byte 0")
     for i in range(3):
         e("ld.shared.v2.u32", a[2 * i : 2 * i + 2], e.at("w_at", 8 * i))
-    e("and.b32", "w_q", base, 4)
-    e("setp.ne.u32", "w_p4", "w_q", 0, why="byte 0 in the doubleword's second word")
-    for j in range(5):
-        e("selp.b32", u[j], a[j + 1], a[j], "w_p4")
-    e("and.b32", "w_sh", base, 3)
-    e("shl.b32", "w_sh", "w_sh", 3)
-    for j in range(4):
-        e("shf.r.clamp.b32", regs[j], u[j], u[j + 1], "w_sh")
+    _window_from_six(self, regs, a, u, base)
 
 
 def window_tile(name: str) -> Any:

@@ -48,23 +48,20 @@ if [ "${IDENTITY:-0}" = 1 ]; then
         --variants planned,identity -o /tmp/logs/tile-identity.json > /tmp/logs/tile-identity.log 2>&1)
     echo tile-identity rc $?; tail -4 /tmp/logs/tile-identity.log
 fi
+# tile_variants.py's concat study: study NAME VARIANTS SEED... (logs/NAME-SEED.json, .log)
+study() {
+    local name=$1 variants=$2; shift 2
+    for s in "$@"; do
+        (cd lab && timeout 150 python3 tile_variants.py --sweep 64 --seed "$s" --ops concat \
+            --variants "$variants" -o "/tmp/logs/$name-$s.json" > "/tmp/logs/$name-$s.log" 2>&1)
+        echo "$name $s rc $?"; grep -E "^[a-z0-9_]+ concat( [a-z0-9]+)?:" "/tmp/logs/$name-$s.log"
+    done
+}
 # the concat tile's size: the planned kernel against 16 KB tiles (u4_r5) on three sweeps'
 # concats where a tile runs (TILE_SIZE=1 runs it, about 100 s)
-if [ "${TILE_SIZE:-0}" = 1 ]; then
-    for s in 20261301 20261303 20261304; do
-        (cd lab && timeout 150 python3 tile_variants.py --sweep 64 --seed $s --ops concat \
-            --variants planned,u4_r5 -o /tmp/logs/tile-size-$s.json > /tmp/logs/tile-size-$s.log 2>&1)
-        echo tile-size $s rc $?; tail -3 /tmp/logs/tile-size-$s.log
-    done
-fi
+[ "${TILE_SIZE:-0}" = 1 ] && study tile-size planned,u4_r5 20261301 20261303 20261304
 # the row gather's windows below a 4-byte granule as three 8-byte loads (rg_v2) against the
 # planned five words, on two sweeps' concats where a tile runs (RG_V2=1 runs it, about 70 s)
-if [ "${RG_V2:-0}" = 1 ]; then
-    for s in 20261301 20261303; do
-        (cd lab && timeout 150 python3 tile_variants.py --sweep 64 --seed $s --ops concat \
-            --variants planned,rg_v2 -o /tmp/logs/rg-v2-$s.json > /tmp/logs/rg-v2-$s.log 2>&1)
-        echo rg-v2 $s rc $?; grep -E "^(planned|rg_v2) concat" /tmp/logs/rg-v2-$s.log
-    done
-fi
+[ "${RG_V2:-0}" = 1 ] && study rg-v2 planned,rg_v2 20261301 20261303
 pack
 for f in sanitize launch embed; do [ -f /tmp/logs/$f.log ] && tail -15 /tmp/logs/$f.log; done

@@ -350,7 +350,7 @@ def _step_json(step: Any, kernel_ids: dict[Any, str]) -> dict[str, Any]:
 def _traits_json(traits: Any) -> dict[str, Any]:
     names = (
         "arch", "sm_count", "max_threads_per_sm", "l2_bytes", "max_shared_memory_per_sm",
-        "max_shared_memory_per_block", "max_grid_x", "max_grid_y", "dependent_launch",
+        "max_shared_memory_per_block", "max_grid_x", "max_grid_y", "dependent_launch", "memory_bandwidth",
     )  # fmt: skip
     return {name: getattr(traits, name) for name in names}
 

@@ -78,7 +78,7 @@ def _bundle_parser() -> argparse.ArgumentParser:
         epilog=(
             f"Examples: {_PROG} bundle channel_cat_backward --dtype f32,bf16 --block-size 128,256 -o b/; "
             f"{_PROG} bundle split --dtype bf16 --sizes 64,64,64,64 -o ops/; "
-            f"{_PROG} bundle --ops shapes.json --sm-count 108 --target sm_80 -o ops/"
+            f"{_PROG} bundle --ops shapes.json --sm-count 108 --memory-bandwidth 1555 --target sm_80 -o ops/"
         ),
     )
     parser.add_argument(
@@ -114,6 +114,13 @@ def _bundle_parser() -> argparse.ArgumentParser:
     ops.add_argument("--sm-count", help=f"the GPU's SMs (default {_OP_TRAITS.sm_count})")
     ops.add_argument(
         "--max-threads-per-sm", help=f"resident threads per SM (default {_OP_TRAITS.max_threads_per_sm})"
+    )
+    ops.add_argument(
+        "--memory-bandwidth",
+        help=(
+            f"the GPU's peak DRAM bandwidth in GB/s (default {(_OP_TRAITS.memory_bandwidth or 0) // 10**9}; "
+            "the concat's tile size follows it; required with --sm-count)"
+        ),
     )
     ops.add_argument("--max-grid-x", help=f"the GPU's grid limit in x (default {_OP_TRAITS.max_grid_x})")
     ops.add_argument("--max-grid-y", help=f"the GPU's grid limit in y (default {_OP_TRAITS.max_grid_y})")
@@ -195,6 +202,7 @@ def bundle_main(argv: list[str]) -> int:
         option
         for option, value in (
             ("--sm-count", args.sm_count), ("--max-threads-per-sm", args.max_threads_per_sm),
+            ("--memory-bandwidth", args.memory_bandwidth),
             ("--max-grid-x", args.max_grid_x), ("--max-grid-y", args.max_grid_y),
             ("--no-dependent-launch", args.no_dependent_launch or None),
         )
@@ -238,6 +246,16 @@ def bundle_main(argv: list[str]) -> int:
         return _fail(f"cannot write the bundle to {args.output}: {err.strerror or err}", 1)
     print(f"wrote {len(kernels)} kernel{'s' * (len(kernels) != 1)} and {path}")
     return 0
+
+
+def _gbps(value: str | None, default: int | None) -> int | None:
+    """``--memory-bandwidth`` in GB/s, as bytes a second (the trait's unit)."""
+    if value is None:
+        return default
+    gbps = _positive_int(value, "--memory-bandwidth", 1)
+    if gbps * 10**9 >= 2**63:
+        raise ValueError(f"--memory-bandwidth is in GB/s; {value!r} is more than any memory moves")
+    return gbps * 10**9
 
 
 def _positive_int(value: str | None, option: str, default: int) -> int:
@@ -340,6 +358,13 @@ def _op_bundle_main(args: argparse.Namespace) -> int:
         if "," in target or target == "all":
             raise ValueError(f"an op bundle is for one GPU: --target takes one SM version, not {target!r}")
         target_capability(target)  # an SM version, or a ValueError naming it
+        if args.sm_count is not None and args.memory_bandwidth is None:
+            # the default bandwidth is the H200's whole part: over another SM count it would
+            # describe no GPU, and it decides the concat's tile size
+            raise ValueError(
+                "--sm-count describes another GPU than the H200 the defaults are: give its "
+                "--memory-bandwidth too (peak GB/s; an H100 SXM's is 3352, an A100 40GB's 1555)"
+            )
         traits = GpuTraits(
             arch=target,
             sm_count=_positive_int(args.sm_count, "--sm-count", _OP_TRAITS.sm_count),
@@ -352,6 +377,7 @@ def _op_bundle_main(args: argparse.Namespace) -> int:
             max_grid_x=_positive_int(args.max_grid_x, "--max-grid-x", _OP_TRAITS.max_grid_x),
             max_grid_y=_positive_int(args.max_grid_y, "--max-grid-y", _OP_TRAITS.max_grid_y),
             dependent_launch=not args.no_dependent_launch,
+            memory_bandwidth=_gbps(args.memory_bandwidth, _OP_TRAITS.memory_bandwidth),
         )
         shapes = [OpShape(op, resolve_dtype(dtype).name, sizes) for op, dtype, sizes in ops]
         path = write_op_bundle(shapes, traits, args.output)

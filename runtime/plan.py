@@ -98,14 +98,21 @@ class DeviceTraits(GpuTraits):
     # plan, of consecutive ops and of a captured graph overlap their launch latency.
     # PTXGEN_DEPENDENT_LAUNCH=0 turns it off in the traits DeviceTraits.of reads from a device.
     dependent_launch: bool = True
+    memory_bandwidth: int | None = H200.memory_bandwidth
     ordinal: int = 0
 
     @classmethod
     def of(cls, device: Any) -> DeviceTraits:
         """The traits of a :class:`runtime.Device`, read from its attributes and, for those
-        it does not keep (L2 size, threads and shared memory per SM), from the driver.
-        A stand-in record without them (a test's) keeps the defaults for those."""
+        it does not keep (L2 size, threads and shared memory per SM, the memory's clock and
+        bus width), from the driver. A stand-in record without them (a test's) keeps the
+        defaults for those; a part that reports its memory clock or bus width as 0 has no
+        known bandwidth (None)."""
         found = {name: _device_attribute(device, name, attr) for name, attr in _DRIVER_TRAITS.items()}
+        found = {name: value for name, value in found.items() if value is not None}
+        clock_khz, bus_bits = (_device_attribute(device, name, attr) for name, attr in _MEMORY_TRAITS.items())
+        if clock_khz is not None and bus_bits is not None:
+            found["memory_bandwidth"] = 2 * clock_khz * 1000 * bus_bits // 8 or None
         return cls(
             ordinal=device.ordinal,
             arch=device.arch,
@@ -113,7 +120,7 @@ class DeviceTraits(GpuTraits):
             max_grid_y=device.max_grid[1],
             max_shared_memory_per_block=device.max_shared_memory_per_block,
             dependent_launch=env_flag(_DEPENDENT_ENV, True),
-            **{name: value for name, value in found.items() if value is not None},
+            **found,
         )
 
 
@@ -127,6 +134,14 @@ _DRIVER_TRAITS = {
         "max_shared_memory_per_multiprocessor",
         "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR",
     ),
+}
+
+
+# The peak DRAM bandwidth's two parts (memory_bandwidth: twice the clock, in kHz, times
+# the bus width, in bits, over 8), read as the traits above are.
+_MEMORY_TRAITS = {
+    "memory_clock": ("memory_clock_rate", "MEMORY_CLOCK_RATE"),
+    "memory_bus": ("global_memory_bus_width", "GLOBAL_MEMORY_BUS_WIDTH"),
 }
 
 

@@ -253,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
             })  # fmt: skip
             print(json.dumps(results[-1]), flush=True)
     header = records.header(command, tree)
-    traits_used = {k: getattr(traits, k) for k in ("arch", "sm_count", "max_threads_per_sm")}
+    used = ("arch", "sm_count", "max_threads_per_sm", "memory_bandwidth")
+    traits_used = {k: getattr(traits, k) for k in used}
     record = {**header, "rounds": rounds, "traits": traits_used, "cases": results}
     misses = check_targets(record)
     record["targets_met"] = not misses

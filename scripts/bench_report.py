@@ -305,7 +305,7 @@ and Triton. Raw numbers: `results.json`; per shape: `bandwidth.png`.
   whatever ran before it, starts alike. Methods interleave run by run, their order
   rotated by one each round so none keeps a place; the median of the runs after warm-up
   is reported. The small shapes (about 4 µs a run, with a spread of a few tenths) get
-  five times as many runs.
+  more runs (`small_reps` in `results.json`).
 - Honest traffic: bytes written plus every 32-byte sector of the source holding
   needed bytes (`bench_cases.sector_bytes`): a slice narrower than a sector still
   costs the sector. Gathers are also counted in whole 64-byte units

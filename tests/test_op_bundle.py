@@ -109,10 +109,11 @@ def test_the_same_ops_give_the_same_bytes_in_any_order(tmp_path):
 
 def test_the_traits_options_reach_the_plan(tmp_path):
     status, path = bundle(tmp_path, "concat", "--dtype", "u8", "--sizes", "3,5,24", "--sm-count", "20",
-                          "--target", "sm_80", "--no-dependent-launch")  # fmt: skip
+                          "--target", "sm_80", "--no-dependent-launch", "--memory-bandwidth", "900")  # fmt: skip
     assert status == 0
     op = json.loads(path.read_text())["ops"][0]
     assert op["traits"]["sm_count"] == 20 and op["target"] == "sm_80" and not op["traits"]["dependent_launch"]
+    assert op["traits"]["memory_bandwidth"] == 900 * 10**9  # GB/s on the command line, bytes a second kept
     traits = GpuTraits(**op["traits"])
     assert op == op_manifest([OpShape("concat", "u8", (3, 5, 24))], traits)["ops"][0]
 
@@ -128,8 +129,18 @@ def test_the_traits_options_reach_the_plan(tmp_path):
         (["split", "--sizes", "4", "--dtype", "f31"], "f31"),
         (["split", "concat", "--sizes", "4"], "not 'split concat'"),
         (["split", "--sizes", "4", "--block-size", "128"], "--block-size is for kernel bundles"),
-        (["split", "--sizes", "4", "--sm-count", "0"], "--sm-count takes an int >= 1, not '0'"),
+        (
+            ["split", "--sizes", "4", "--sm-count", "0", "--memory-bandwidth", "900"],
+            "--sm-count takes an int >= 1",
+        ),
+        (["split", "--sizes", "4", "--sm-count", "108"], "give its --memory-bandwidth too"),
+        (["split", "--sizes", "4", "--memory-bandwidth", str(2**63)], "more than any memory moves"),
         (["split", "--sizes", "4", "--max-threads-per-sm", "many"], "not 'many'"),
+        (
+            ["split", "--sizes", "4", "--memory-bandwidth", "0"],
+            "--memory-bandwidth takes an int >= 1, not '0'",
+        ),
+        (["channel_cat_backward", "--memory-bandwidth", "900"], "--memory-bandwidth is for op bundles"),
         (["split", "--sizes", "4", "--target", "sm_75,sm_90"], "not 'sm_75,sm_90'"),
         (["split", "--sizes", "4", "--target", "gfx90a"], "gfx90a"),
         (["channel_cat_backward", "--sm-count", "4"], "--sm-count is for op bundles"),

@@ -40,15 +40,19 @@ from runtime.plan import DeviceTraits, Problem, Ptr, Step, make_plan
 
 MiB, KiB = 2**20, 2**10
 # The parts planned for: (name, traits). Their own SM versions, and sm_75/80/90 on each.
+GBPS = 10**9
 DEVICES = {
     "A100 (108 SMs)": DeviceTraits(
         arch="sm_80", sm_count=108, max_threads_per_sm=2048, l2_bytes=40 * MiB,
         max_shared_memory_per_sm=164 * KiB, max_shared_memory_per_block=163 * KiB,
+        memory_bandwidth=1_555 * GBPS,
     ),
+    "H100 (132 SMs)": DeviceTraits(l2_bytes=50 * MiB, memory_bandwidth=3_352 * GBPS),
     "H200 (132 SMs)": DeviceTraits(),
     "RTX 5090 (170 SMs)": DeviceTraits(
         arch="sm_120", sm_count=170, max_threads_per_sm=1536, l2_bytes=96 * MiB,
         max_shared_memory_per_sm=128 * KiB, max_shared_memory_per_block=99 * KiB,
+        memory_bandwidth=1_792 * GBPS,
     ),
 }  # fmt: skip
 ARCHS = ("sm_75", "sm_80", "sm_90")
@@ -109,13 +113,18 @@ def test_grids_scale_with_the_part():
         (step,) = plan.FASTCAT_CHUNK.build(gather, device)
         assert step.kernel.name == "fastcat_vec_backward"
         assert step.grid[0] == 2 * device.sm_count * (device.max_threads_per_sm // 256)
-    assert [plan.FASTCAT_CHUNK.build(gather, d)[0].grid[0] for d in DEVICES.values()] == [1728, 2112, 2040]
+    assert [plan.FASTCAT_CHUNK.build(gather, d)[0].grid[0] for d in DEVICES.values()] == [
+        1728,
+        2112,
+        2112,
+        2040,
+    ]
     # An op of 121 tiles of 16 KB: enough for one a SM on 108 SMs, too few on 132 and 170,
     # which cut it into 2 KB tiles (eight times the CTAs).
     split = Problem("backward", u8, 61_440, (3, 5, 24), wide_align=1)
     grids = {name: make_plan(split, d).steps[0] for name, d in DEVICES.items()}
-    assert [s.grid[0] for s in grids.values()] == [121, 961, 961]
-    assert [s.kernel.tile_bytes for s in grids.values()] == [16 * KiB, 2 * KiB, 2 * KiB]
+    assert [s.grid[0] for s in grids.values()] == [121, 961, 961, 961]
+    assert [s.kernel.tile_bytes for s in grids.values()] == [16 * KiB, 2 * KiB, 2 * KiB, 2 * KiB]
     assert all(s.grid[:2] == s.kernel.grid(61_440, 32)[:2] for s in grids.values())  # one CTA a tile
 
 
@@ -135,12 +144,13 @@ def test_the_traits_are_read_and_checked():
     with pytest.raises(TypeError, match="traits must be a GpuTraits"):
         fc.choose("split", 4, [1, 3], 1, traits="sm_90")
     # Nothing in ptxgen assumes a part: the rule has no default device, the traits no defaults
-    # but CUDA's grid limits and the dependent-launch switch.
+    # but CUDA's grid limits and the dependent-launch switch (a bandwidth not known is None,
+    # given as such).
     assert inspect.signature(fc.choose).parameters["traits"].default is inspect.Parameter.empty
     given = [f.name for f in dataclasses.fields(fc.GpuTraits) if f.default is dataclasses.MISSING]
     assert given == [
         "arch", "sm_count", "max_threads_per_sm", "l2_bytes", "max_shared_memory_per_sm",
-        "max_shared_memory_per_block",
+        "max_shared_memory_per_block", "memory_bandwidth",
     ]  # fmt: skip
 
 
@@ -158,8 +168,10 @@ def test_device_traits_are_read_from_the_device_and_the_driver(monkeypatch):
     assert (traits.ordinal, traits.arch, traits.sm_count) == (1, "sm_80", 108)
     assert traits.max_threads_per_sm == DeviceTraits().max_threads_per_sm
     # A Device: what it does not keep is asked of the driver, for its ordinal.
+    # the memory: 14 GHz (in kHz) on a 512-bit bus, 1,792 GB/s
     told = {"MAX_THREADS_PER_MULTIPROCESSOR": 1536, "L2_CACHE_SIZE": 96 * MiB,
-            "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR": 128 * KiB}  # fmt: skip
+            "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR": 128 * KiB, "MEMORY_CLOCK_RATE": 14_000_000,
+            "GLOBAL_MEMORY_BUS_WIDTH": 512}  # fmt: skip
     fake = SimpleNamespace(
         CUdevice_attribute=SimpleNamespace(**{f"CU_DEVICE_ATTRIBUTE_{name}": name for name in told}),
         cuDeviceGet=lambda ordinal: (0, ("device", ordinal)),
@@ -171,6 +183,39 @@ def test_device_traits_are_read_from_the_device_and_the_driver(monkeypatch):
                         max_shared_memory_per_block=99 * KiB, multiprocessor_count=170)  # fmt: skip
     traits = DeviceTraits.of(device)
     assert vars(traits) == vars(DEVICES["RTX 5090 (170 SMs)"]) | {"ordinal": 2}
+    # A part that reports no memory clock has no known bandwidth: not the H200's default.
+    told["MEMORY_CLOCK_RATE"] = 0
+    assert DeviceTraits.of(device).memory_bandwidth is None
+
+
+def test_the_row_gathers_tile_size_follows_the_bandwidth_an_sm():
+    """32 KB tiles where the part moves at least BIG_TILE_BANDWIDTH_PER_SM an SM (the
+    H200's 36 GB/s), 16 KB below it (the H100's 25) and where the bandwidth is unknown."""
+    problem = ("concat", 177_954, (240, 297, 55, 262, 187), 1)
+
+    def tile_bytes(traits: DeviceTraits) -> int:
+        (launch,) = fc.choose(*problem, traits=traits)
+        spec = dict(launch.spec)
+        assert launch.family == "tile" and spec["row_gather"]
+        return 16 * spec["unroll"] * spec["block"]
+
+    assert DEVICES["H200 (132 SMs)"].memory_bandwidth >= fc.BIG_TILE_BANDWIDTH_PER_SM * 132
+    assert tile_bytes(DEVICES["H200 (132 SMs)"]) == 32 * KiB
+    assert DEVICES["H100 (132 SMs)"].memory_bandwidth < fc.BIG_TILE_BANDWIDTH_PER_SM * 132
+    assert tile_bytes(DEVICES["H100 (132 SMs)"]) == 16 * KiB
+    assert tile_bytes(dataclasses.replace(DEVICES["H200 (132 SMs)"], memory_bandwidth=None)) == 16 * KiB
+    # the line itself takes the large tiles
+    at_line = fc.BIG_TILE_BANDWIDTH_PER_SM * 132
+    assert tile_bytes(dataclasses.replace(DEVICES["H200 (132 SMs)"], memory_bandwidth=at_line)) == 32 * KiB
+    assert (
+        tile_bytes(dataclasses.replace(DEVICES["H200 (132 SMs)"], memory_bandwidth=at_line - 1)) == 16 * KiB
+    )
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 4.8e12, "4.8 TB/s", 2**63])
+def test_memory_bandwidth_is_bytes_a_second_or_none(bad):
+    with pytest.raises(ValueError, match="memory_bandwidth must be bytes a second"):
+        dataclasses.replace(DEVICES["H200 (132 SMs)"], memory_bandwidth=bad)
 
 
 @pytest.mark.parametrize("name", DEVICES)

@@ -310,7 +310,7 @@ def test_random_strided_plans_split_and_join_every_element(op, itemsize):
 
 def test_a_launch_holds_at_most_its_limits_and_the_rest_is_cut():
     rng = np.random.default_rng(5)
-    tiny = GpuTraits("sm_90", 132, 2048, 60 << 20, 228 << 10, 227 << 10, max_grid_x=1)
+    tiny = GpuTraits("sm_90", 132, 2048, 60 << 20, 228 << 10, 227 << 10, 4_800 * 10**9, max_grid_x=1)
     # at most 1,024 elements a launch: rows are cut, or each outer index goes alone
     problem = StridedProblem("backward", 2, (40, 60), 1, (60,), (1, 40), ((60, 1),))
     plan = _run_plan(problem, tiny, rng)

@@ -25,6 +25,7 @@ from ..targets import TARGETS, target_capability, target_sm
 from .fastcat_common import MAX_CHUNKS, WIDTHS, dependent_launch_supported
 
 __all__ = [
+    "BIG_TILE_BANDWIDTH_PER_SM",
     "MAX_CHUNKS",
     "OPS",
     "RECT_GRANULE",
@@ -81,8 +82,11 @@ class GpuTraits:
     their grid, so a capped grid still does all the work). The shared-memory and L2 sizes
     are the part's own, for rules that weigh them: none of today's does (every kernel's
     static shared memory fits the 48 KB any part gives a CTA, and no rule sizes work to the
-    L2). ``runtime.plan.DeviceTraits.of`` reads all of these from a device; a test makes
-    them up to plan for parts it does not have.
+    L2). ``memory_bandwidth`` is the part's peak DRAM bandwidth in bytes a second (twice
+    the memory clock times the bus width, as the driver reports them), or None where it is
+    not known: the row gather's tile size follows it (:data:`BIG_TILE_BANDWIDTH_PER_SM`).
+    ``runtime.plan.DeviceTraits.of`` reads all of these from a device; a test makes them up
+    to plan for parts it does not have.
     """
 
     arch: str
@@ -91,6 +95,7 @@ class GpuTraits:
     l2_bytes: int
     max_shared_memory_per_sm: int
     max_shared_memory_per_block: int  # the opt-in maximum of one CTA
+    memory_bandwidth: int | None  # peak DRAM bytes a second; None: not known (given, never assumed)
     max_grid_x: int = 2**31 - 1  # CUDA's limits on every part since sm_30
     max_grid_y: int = 65535
     dependent_launch: bool = True
@@ -108,6 +113,14 @@ class GpuTraits:
                 raise ValueError(f"{what} must be an int >= 1, got {value!r}")
         if not isinstance(self.dependent_launch, bool):
             raise ValueError(f"dependent_launch must be True or False, got {self.dependent_launch!r}")
+        bandwidth = self.memory_bandwidth
+        if bandwidth is not None and (
+            isinstance(bandwidth, bool) or not isinstance(bandwidth, int) or not 1 <= bandwidth < 2**63
+        ):
+            raise ValueError(
+                "memory_bandwidth must be bytes a second (an int from 1 to 2**63 - 1) or None, "
+                f"got {bandwidth!r}"
+            )
 
     @property
     def target(self) -> str:
@@ -123,6 +136,26 @@ class GpuTraits:
         """One full wave: CTAs of ``block`` threads that the whole part holds at once (as
         its threads allow; a kernel's registers may allow fewer)."""
         return self.sm_count * max(1, self.max_threads_per_sm // block)
+
+
+# The row gather's tiles are 32 KB where the part moves at least this many DRAM bytes a
+# second an SM, else 16 KB. A tile waits for all of its loads at one barrier and stores
+# only then, so the bytes a part keeps in flight are its resident tiles: a part that moves
+# more an SM needs larger tiles to hide the same latency, and one that moves less loses
+# more to each barrier's slowest load. Measured: on an H200 (4.8 TB/s, 132 SMs: 36 GB/s an
+# SM) 32 KB tiles ahead on 31 of 35 sweep concats above five waves of tiles (16 KB ahead on
+# 14 of 16 below), median of the flat copy 0.893 against 0.879 (lab/data/
+# tile-variants-13.json); on an H100 (3.35 TB/s: 25 GB/s an SM) 16 KB ahead on 284 of 316
+# (median 0.959 -> 0.971, lab/data/tile-unroll-h100-*.json).
+# The line lies between the two parts measured.
+BIG_TILE_BANDWIDTH_PER_SM = 30 * 10**9
+
+
+def _big_tiles(traits: GpuTraits) -> bool:
+    """Whether the row gather takes 32 KB tiles on this part (a part of unknown bandwidth:
+    no). In whole bytes: bandwidth / SMs >= the line, without rounding."""
+    bandwidth = traits.memory_bandwidth
+    return bandwidth is not None and bandwidth >= BIG_TILE_BANDWIDTH_PER_SM * traits.sm_count
 
 
 def newest_target(arch: str) -> str:
@@ -273,7 +306,8 @@ def choose(
       16 KB tiles, or 2 KB ones where there would be fewer 16 KB tiles than the part has
       SMs (``traits.sm_count``). Forward over whole rows, the row vectors are read straight
       out of the staging area (``row_gather``), in 32 KB tiles where there are at least as
-      many of them as SMs.
+      many of them as SMs and the part moves at least :data:`BIG_TILE_BANDWIDTH_PER_SM`
+      DRAM bytes a second an SM.
 
     Every launch but vec's has one CTA per piece of work (a tile, a thread's rows): on an
     H200 a grid of small CTAs, which the hardware hands out as SMs free up, runs at the
@@ -435,14 +469,15 @@ def _choose(
         flags = tuple(widths[k] >= 16 for k in group)
         # Forward, whole rows: each row vector read straight out of the cp.async staging
         # area as two word windows (a window a piece beside a chunk under 16 bytes), no
-        # tile image, and 32 KB tiles in the room that leaves. Measured on H200
+        # tile image, and 32 KB tiles in the room that leaves where the part moves enough
+        # bytes an SM to want them (_big_tiles) and there is at least one a SM. Measured on H200
         # (lab/data/tile-variants-10a/b.json, seeds 20261203 and 20261204): concat medians
         # of the flat copy u8 0.62/0.63 -> 0.89/0.89, bf16 0.73/0.75 -> 0.86/0.88, f32
         # 0.81/0.85 -> 0.86/0.89; beside narrow chunks (tile-variants-11.json, seed
         # 20261206) the lowest concat 0.53 -> 0.80, u8 with a 1- to 13-byte chunk 0.53-0.62
         # -> 0.81-0.86.
         row_gather = direction == "forward" and loader == "cp.async" and whole
-        if row_gather and unroll == 4:
+        if row_gather and unroll == 4 and _big_tiles(traits):
             big = -(-(rows * pitch + 15) // (16 * 8 * tile_block))
             if big >= traits.sm_count:
                 unroll, n_tiles = 8, big

@@ -55,6 +55,8 @@ __all__ = ["FastcatRowpack", "rowpack_rows"]
 # registers keep it far from spilling.
 _MAX_GROUP = 128
 _SHARED_LIMIT = 48 * 1024  # static shared memory a kernel may declare
+# the global access of 16, 8 or 4 bytes, moved as 32-bit words
+WORD_ACCESS = {16: "v4.u32", 8: "v2.u32", 4: "u32"}
 
 
 def _padded(vectors: int) -> int:
@@ -334,6 +336,13 @@ class FastcatRowpack(KernelBase):
             picks.append((in_words[src // 4], src % 4))
         return picks
 
+    @staticmethod
+    def _whole(picks: list[tuple[Reg, int]]) -> Reg | None:
+        """The register whose bytes ``picks`` are, in order from its lowest, else None:
+        such bytes need no word built, the register is stored as it is."""
+        source = picks[0][0]
+        return source if picks == [(source, b) for b in range(len(picks))] else None
+
     def _chunk_vector(self, words: WordBuilder, out: list[Reg], in_words: list[Reg], k: int, v: int) -> None:
         """out = vector ``v`` of chunk ``k``'s bytes of the group, from the group's row-side words."""
         for q in range(4):
@@ -358,8 +367,9 @@ class FastcatRowpack(KernelBase):
                 regs, per = chunk_bytes[k]
                 picks.append((regs[src // per], src % per))
                 whole_words.append(per == 4)  # this byte's register holds 4 bytes of its chunk
-            if all(whole_words) and picks == [(picks[0][0], b) for b in range(4)]:
-                vector.append(picks[0][0])
+            whole = self._whole(picks) if all(whole_words) else None
+            if whole is not None:
+                vector.append(whole)
             else:
                 words.word(out[q], picks)
                 vector.append(out[q])
@@ -370,23 +380,21 @@ class FastcatRowpack(KernelBase):
     ) -> None:
         """Chunk ``k``'s bytes of the group, at ``caddr``, in accesses of ``units[k]`` bytes."""
         unit, size = self.units[k], self.rows_per_thread * self.widths[k]
-        kind = {16: "v4.u32", 8: "v2.u32", 4: "u32"}
         for first in range(0, size, unit):
             if unit >= 4:
                 regs = []
                 for q in range(unit // 4):
                     picks = self._chunk_picks(in_words, k, first + 4 * q, 4)
-                    if picks == [(picks[0][0], b) for b in range(4)]:
-                        regs.append(picks[0][0])  # a whole row-side word, in order
-                    else:
+                    whole = self._whole(picks)  # a whole row-side word, in order
+                    if whole is None:
                         words.word(out[q], picks)
-                        regs.append(out[q])
+                    regs.append(out[q] if whole is None else whole)
                 value = Vec(tuple(regs)) if unit > 4 else regs[0]
-                fn.inst(f"st.global.{kind[unit]}", Addr(caddr, first), value)
+                fn.inst(f"st.global.{WORD_ACCESS[unit]}", Addr(caddr, first), value)
                 continue
             picks = self._chunk_picks(in_words, k, first, unit)
-            source = picks[0][0]
-            if picks != [(source, b) for b in range(unit)]:  # not already the word's low bytes
+            source = self._whole(picks)  # already a word's low bytes?
+            if source is None:
                 words.word(out[0], picks + picks[:1] * (4 - unit))
                 source = out[0]
             if unit == 1:
@@ -402,12 +410,11 @@ class FastcatRowpack(KernelBase):
         unit, size = self.units[k], self.rows_per_thread * self.widths[k]
         per = min(unit, 4)
         regs = [fn.reg(f"x{k}_{i}", "b32") for i in range(size // per)]
-        kind = {16: "v4.u32", 8: "v2.u32", 4: "u32"}
         for first in range(0, size, unit):
             if unit >= 4:
                 mine = regs[first // 4 : (first + unit) // 4]
                 value = Vec(tuple(mine)) if unit > 4 else mine[0]
-                fn.inst(f"ld.global.nc.{kind[unit]}", value, Addr(caddr, first))
+                fn.inst(f"ld.global.nc.{WORD_ACCESS[unit]}", value, Addr(caddr, first))
             elif unit == 2:
                 half = self._half(fn)
                 fn.inst("ld.global.nc.b16", half, Addr(caddr, first))

@@ -68,6 +68,9 @@ H200 = GpuTraits(
     l2_bytes=60 * 2**20,
     max_shared_memory_per_sm=228 * 1024,
     max_shared_memory_per_block=227 * 1024,
+    # its specification's 4.8 TB/s (DeviceTraits.of reads the part's memory clock and bus
+    # width: about 4.9 TB/s; the same plans either way)
+    memory_bandwidth=4_800 * 10**9,
 )
 
 

@@ -110,7 +110,7 @@ def study(label: str, rows: int, sizes: list[int], dtype: torch.dtype, stream: t
         "_launcher": lambda: ops._launcher(route, device, handle, addresses[0], addresses[1:]),
         "device_for": lambda: op_arrays.device_for("op", arrays),
         "remember_split": lambda: lane.remember_split(
-            dy, sizes, 1, outs, stream, route, device, seen, [], launch
+            dy, sizes, 1, outs, stream, route.entry, device, seen, [], launch
         ),
     }
     for name, part in parts.items():

@@ -172,11 +172,12 @@ REFS_END(Launch, arrays);
 static PyTypeObject LaunchType;
 static PyTypeObject PreparedType;
 
-static PyObject *s_launch_key, *s_address, *s_nbytes, *s_dtype, *s_is_cuda, *s_get_device,
-    *s_is_contiguous, *s_data_ptr, *s_handle, *s_stream, *s_shared_mem, *s_shape, *s_ordinal,
-    *s_closed, *s_requires_grad, *s_itemsize, *s_stride, *s_new_empty_strided,
-    *s_first_output, *s_spans, *s_results, *s_order, *s_backward, *s_forward, *s_strides, *s_data, *s_ptr,
-    *s_device_id;
+/* The names read here, each ``s_<name>``: interned once (intern_all), listed once. */
+#define NAMES(X) X(launch_key) X(address) X(nbytes) X(dtype) X(is_cuda) X(get_device) X(is_contiguous) \
+    X(data_ptr) X(handle) X(stream) X(shared_mem) X(shape) X(ordinal) X(closed) X(requires_grad) X(itemsize) \
+    X(stride) X(new_empty_strided) X(backward) X(forward) X(strides) X(data) X(ptr) X(device_id)
+#define DECLARE_NAME(name) static PyObject *s_##name;
+NAMES(DECLARE_NAME)
 
 /* Forget a failed read: the Python path will meet the same failure and say what it is.
  * Only an Exception is forgotten; a KeyboardInterrupt or SystemExit stays set, and every
@@ -242,7 +243,6 @@ static int drop_u64(PyObject *v, uint64_t *out) {
     return ok;
 }
 
-/* An attribute that must be an int that fits in 64 bits, unsigned. */
 static int read_u64(PyObject *obj, PyObject *name, uint64_t *out) {
     return drop_u64(attr(obj, name), out);
 }
@@ -306,23 +306,6 @@ static int tensor_u64(const arrays_t *A, int which, PyObject *obj, uint64_t *out
     return drop_u64(tensor_read(A, which, obj), out);
 }
 
-/* A torch tensor the kernel can take as it is: its dtype, on this device, contiguous and
- * not empty (the Python path's fast test, in the same order). */
-static int tensor_pointer(const arrays_t *A, const param_t *p, PyObject *a, uint64_t *address,
-                          uint64_t *extent) {
-    uint64_t ordinal, nbytes;
-    if (p->torch_dtype == NULL || !tensor_is(A, T_DTYPE, a, p->torch_dtype) || !tensor_is(A, T_IS_CUDA, a, Py_True))
-        return 0;
-    if (!tensor_u64(A, T_GET_DEVICE, a, &ordinal) || ordinal != (uint64_t)p->ordinal)
-        return 0;
-    if (!tensor_is(A, T_IS_CONTIGUOUS, a, Py_True) || !tensor_u64(A, T_NBYTES, a, &nbytes) || nbytes == 0)
-        return 0;
-    if (!tensor_u64(A, T_DATA_PTR, a, address) || (*address & p->mask))
-        return 0;
-    *extent = nbytes;
-    return 1;
-}
-
 /* A value (``bits`` read as ``negative`` says) into its parameter's slot, where it is in
  * [low, high] (high is never negative): 1 packed; 0 not. */
 static int pack_value(const param_t *p, uint64_t bits, int negative, long long low, unsigned long long high,
@@ -361,7 +344,14 @@ static int check_and_pack(Launch *L, PyObject *const *args, unsigned char *buf, 
                 return 0;
             extent[ip] = UINT64_MAX; /* an int is trusted: its extent is unknown */
         } else if (L->arrays.tensor != NULL && (PyObject *)cls == L->arrays.tensor) {
-            if (!tensor_pointer(&L->arrays, p, a, &address[ip], &extent[ip]))
+            /* one the kernel takes as it is: its dtype, on this device, contiguous and not
+             * empty (the Python path's fast test, in the same order) */
+            const arrays_t *A = &L->arrays;
+            if (p->torch_dtype == NULL || !tensor_is(A, T_DTYPE, a, p->torch_dtype) ||
+                !tensor_is(A, T_IS_CUDA, a, Py_True) || !tensor_u64(A, T_GET_DEVICE, a, &bits) ||
+                bits != (uint64_t)p->ordinal || !tensor_is(A, T_IS_CONTIGUOUS, a, Py_True) ||
+                !tensor_u64(A, T_NBYTES, a, &extent[ip]) || extent[ip] == 0 ||
+                !tensor_u64(A, T_DATA_PTR, a, &address[ip]) || (address[ip] & p->mask))
                 return 0;
         } else {
             return 0;
@@ -396,18 +386,13 @@ static int footprints_fit(Launch *L, footprint_cache_t *cache, const unsigned *g
             drop_error();
             return 0;
         }
-        if (!PyTuple_CheckExact(need) || PyTuple_GET_SIZE(need) != 2 * L->npointers) {
-            Py_DECREF(need);
-            return 0;
-        }
         uint64_t fresh[2 * MAX_PARAMS];
-        for (Py_ssize_t i = 0; i < 2 * L->npointers; i++) {
-            if (!uint_bits(PyTuple_GET_ITEM(need, i), &fresh[i])) {
-                Py_DECREF(need);
-                return 0;
-            }
-        }
+        int read = PyTuple_CheckExact(need) && PyTuple_GET_SIZE(need) == 2 * L->npointers;
+        for (Py_ssize_t i = 0; read && i < 2 * L->npointers; i++)
+            read = uint_bits(PyTuple_GET_ITEM(need, i), &fresh[i]);
         Py_DECREF(need);
+        if (!read)
+            return 0;
         /* Written at once, after the call into Python: another thread may have used the
          * cache meanwhile, and finds it whole either way. */
         memcpy(cache->geometry, geometry, sizeof cache->geometry);
@@ -529,9 +514,8 @@ static void arrays_init(arrays_t *A, PyObject *device_array, PyObject *stream_cl
 }
 
 static PyObject *fall_back(PyObject *fallback, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    if (PyErr_Occurred()) /* an interrupt during a read: it goes to the caller */
-        return NULL;
-    return PyObject_Vectorcall(fallback, args, nargsf, kwnames);
+    /* an interrupt during a read goes to the caller */
+    return PyErr_Occurred() ? NULL : PyObject_Vectorcall(fallback, args, nargsf, kwnames);
 }
 
 /* 1 launched, 0 the Python path takes the call, -1 an error is set. */
@@ -767,7 +751,6 @@ static void Launch_dealloc(Launch *L) {
     Py_TYPE(L)->tp_free((PyObject *)L);
 }
 
-/* bind_torch(tensor_class, dtypes): one dtype (or None) per pointer parameter. */
 static PyObject *Launch_bind_torch(Launch *L, PyObject *args) {
     PyObject *tensor, *dtypes;
     if (!PyArg_ParseTuple(args, "OO!", &tensor, &PyTuple_Type, &dtypes))
@@ -804,7 +787,7 @@ static PyMemberDef Launch_members[] = {
 static PyMethodDef Launch_methods[] = {
     {"close", (PyCFunction)Launch_close, METH_NOARGS, "Every later launch goes to the Python path, for good."},
     {"bind_torch", (PyCFunction)Launch_bind_torch, METH_VARARGS,
-     "bind_torch(tensor_class, dtypes): recognise torch tensors, one dtype per pointer."},
+     "bind_torch(tensor_class, dtypes): recognise torch tensors, one dtype (or None) per pointer."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -875,30 +858,24 @@ static PyObject *Prepared_vectorcall(PyObject *self, PyObject *const *args, size
         PyErr_SetString(PyExc_ValueError, "this prepared launch was cleared");
         return NULL;
     }
-    if (!L->open || kwnames != NULL || PyVectorcall_NARGS(nargsf) != L->nparams)
-        return fall_back(P->fallback, args, nargsf, kwnames);
     uintptr_t handle = P->stream_handle;
-    if (P->stream != NULL && !stream_of(P->stream, &handle)) /* raises (in the Python path) once closed */
+    if (!L->open || kwnames != NULL || PyVectorcall_NARGS(nargsf) != L->nparams ||
+        (P->stream != NULL && !stream_of(P->stream, &handle))) /* a closed one raises (in the Python path) */
         return fall_back(P->fallback, args, nargsf, kwnames);
-    int done;
+    int done = 1;
     if (P->raw) { /* ints as they are: an address not negative, a scalar in its C type */
         uint64_t bits[MAX_PARAMS];
         unsigned char negative[MAX_PARAMS];
-        done = 1;
         for (Py_ssize_t i = 0; done && i < L->nparams; i++) {
             int neg = 0;
             done = int_bits(args[i], &bits[i], &neg);
             negative[i] = (unsigned char)neg;
         }
         done = done && launch_trusted(P, bits, negative);
-    } else {
-        done = launch_checked(L, &P->cache, args, P->geometry, P->shared, handle);
-        if (done < 0)
-            return NULL;
+    } else if ((done = launch_checked(L, &P->cache, args, P->geometry, P->shared, handle)) < 0) {
+        return NULL;
     }
-    if (!done)
-        return fall_back(P->fallback, args, nargsf, kwnames);
-    Py_RETURN_NONE;
+    return done ? Py_NewRef(Py_None) : fall_back(P->fallback, args, nargsf, kwnames);
 }
 
 static PyObject *Prepared_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
@@ -1000,15 +977,14 @@ static int call_ints(PyObject *fn, const uint64_t *values, const unsigned char *
 /* --- the ops' steps ---------------------------------------------------------------- */
 /*
  * runtime/op_plans.py runs a plan's steps as one function of the arrays' base addresses,
- * ``launch(wide, piece_0, piece_1, ...)`` (its _Steps): each step a prepared raw launch
- * of ints such as ``raw0(p1, w + 64, 48, 80)``. Steps holds the same
- * recipe as data: per argument of each step, a constant or one of the arrays' addresses
- * plus a byte offset. Called from Python it does what that function does; OpLane calls
- * it with the addresses as C values, so no int object is made on the way to the driver.
- * A step whose launch C does not take (a closed function, a value out of range, a failed
- * driver call) is handed, as int objects, to its prepared raw launch, which launches it
- * through the Python path or raises there; anything else than plain ints as arguments goes
- * to the Python function whole.
+ * ``launch(wide, piece_0, piece_1, ...)`` (its _Steps): each step a prepared raw launch of
+ * ints such as ``raw0(p1, w + 64, 48, 80)``. Steps holds the same recipe as data: per
+ * argument of each step, a constant or one of the arrays' addresses plus a byte offset.
+ * Called from Python it does what that function does; OpLane calls it with the addresses
+ * as C values, so no int object is made on the way to the driver. A step whose launch C
+ * does not take (a closed function, a value out of range, a failed driver call) is handed,
+ * as int objects, to its prepared raw launch, which launches it through the Python path or
+ * raises there; any argument not a plain int sends the call to the Python function whole.
  */
 
 typedef struct {
@@ -1211,18 +1187,19 @@ static PyTypeObject StepsType = {
  * channel_cat_backward / channel_cat_forward in C, for the kinds of call the Python path
  * (runtime/ops.py) has run. After a call it checked and launched, the Python path hands
  * this lane the call's own arguments and what it decided, through ``remember_split`` /
- * ``remember_join``: the call's route (its element size, each array's bytes around its
- * address, the results' shapes and strides), its device and its launch function. The lane reads the arrays itself, as
- * it reads those of every later call, and files an entry under the key it builds from
- * them (read_call): the op, whether ``out`` was given, its ints (dim, sizes) and per array
- * its class, shape, strides (None where contiguous), dtype and, for an output, whether it
- * may be written. A later call of that key is checked here for what depends on its
- * addresses (alignment, overlap through the entry's spans, one device), its results made
- * where not given (fresh_results), and run by the launch function remembered for its
- * device, stream and addresses modulo 16. Anything else (a kind of call not remembered,
- * another alignment, an array this lane does not read: one not contiguous of CuPy's, or
- * read through ``__cuda_array_interface__``; CuPy arrays while CuPy's current stream is
- * not the op's) answers False having done nothing, and the Python path takes the call.
+ * ``remember_join``: what the call's route says of such calls (Route.entry: its element
+ * size, each array's bytes around its address, the results' shapes and strides), its
+ * device and its launch function. The lane reads the arrays itself, as it reads those of
+ * every later call, and files an entry under the key it builds from them (read_call): the
+ * op, whether ``out`` was given, its ints (dim, sizes) and per array its class, shape,
+ * strides (None where contiguous), dtype and, for an output, whether it may be written. A
+ * later call of that key is checked here for what depends on its addresses (alignment,
+ * overlap through the entry's spans, one device), its results made where not given
+ * (fresh_results), and run by the launch function remembered for its device, stream and
+ * addresses modulo 16. Anything else (a kind of call not remembered, another alignment, an
+ * array this lane does not read: one not contiguous of CuPy's, or read through
+ * ``__cuda_array_interface__``; CuPy arrays while CuPy's current stream is not the op's)
+ * answers False having done nothing, and the Python path takes the call.
  */
 
 #define SLOTS_KEPT 16     /* launch functions an entry keeps; past this it starts over */
@@ -1236,12 +1213,10 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    Py_ssize_t first_output;       /* arrays are inputs, then the given outputs from here */
-    uint64_t mask;                 /* the element size less one: every address must clear it */
-    long long lo[MAX_PIECES + 1];  /* each array's bytes from its address, lowest ... */
-    long long hi[MAX_PIECES + 1];  /* ... and past the highest (given outputs only) */
-    PyObject *results;             /* without out: per result (shape, strides) */
-    int row_major;                 /* the route's order None: a DeviceArray may be made */
+    uint64_t mask;                      /* the element size less one: every address must clear it */
+    long long spans[MAX_PIECES + 1][2]; /* each array's bytes from its address: lowest, past highest */
+    PyObject *results;                  /* without out: per result (shape, strides) */
+    int row_major;                      /* the route's order None: a DeviceArray may be made */
     int nslots;
     slot_t slots[SLOTS_KEPT];
 } OpEntry;
@@ -1371,11 +1346,10 @@ static PyObject *dtype_in(PyObject *table, PyObject *dtype) {
 }
 
 /* op_arrays' reading of an array, for the arrays this lane takes: an open, non-empty
- * DeviceArray (its launch key names its device and dtype), a non-empty CUDA tensor of
- * a dtype we have (its strides read where it is not contiguous), or a non-empty,
- * contiguous CuPy array of a dtype we have (its device that of its memory). 1 filled in;
- * 0 not taken. Whether a tensor may be written (requires_grad) is read only where
- * ``written``. */
+ * DeviceArray (its launch key names its device and dtype), a non-empty CUDA tensor of a
+ * dtype we have (its strides read where it is not contiguous), or a non-empty, contiguous
+ * CuPy array of a dtype we have (its device that of its memory). 1 filled in; 0 not taken.
+ * Whether a tensor may be written (requires_grad) is read only where ``written``. */
 static int array_facts(OpLane *Q, PyObject *v, facts_t *f, int written) {
     memset(f, 0, sizeof *f);
     PyObject *cls = (PyObject *)Py_TYPE(v);
@@ -1457,9 +1431,7 @@ static int run_launch(PyObject *launch, uint64_t wide, const uint64_t *pieces, P
 
 /* False, or NULL where an interrupt is pending (see drop_error). */
 static PyObject *lane_false(void) {
-    if (PyErr_Occurred())
-        return NULL;
-    Py_RETURN_FALSE;
+    return PyErr_Occurred() ? NULL : Py_NewRef(Py_False);
 }
 
 /* The results of a call without ``out``, one per ``(shape, strides)`` of ``results`` (the
@@ -1498,9 +1470,8 @@ static PyObject *fresh_results(OpLane *Q, PyObject *like, const facts_t *facts, 
     PyObject *index = PyLong_FromLongLong(facts->ordinal);
     PyObject *current = index != NULL ? PyObject_Vectorcall(Q->current_stream, &index, 1, NULL) : NULL;
     uint64_t raw;
-    int ok = current != NULL && uint_bits(current, &raw);
+    int ok = drop_u64(current, &raw);
     Py_XDECREF(index);
-    Py_XDECREF(current);
     if (!ok || (raw != handle && !(raw <= 1 && handle <= 1))) { /* stream.same_stream: 0, 1 legacy */
         drop_error();
         return NULL;
@@ -1606,10 +1577,8 @@ static int read_call(OpLane *Q, int join, PyObject *const *args, call_t *c) {
     }
     if (c->cupy) { /* the stream a CuPy array's interface names must be the op's: else Python orders them */
         uint64_t producer;
-        PyObject *named = PyObject_CallNoArgs(Q->cupy_stream);
-        int same = named != NULL && uint_bits(named, &producer) &&
+        int same = drop_u64(PyObject_CallNoArgs(Q->cupy_stream), &producer) &&
                    (producer == c->handle || (producer <= 1 && c->handle <= 1)); /* stream.same_stream */
-        Py_XDECREF(named);
         if (!same) {
             drop_error();
             return 0;
@@ -1648,15 +1617,12 @@ static int find_slot(OpEntry *e, long long ordinal, uint64_t handle, uint64_t pa
         slot_t s = e->slots[i];
         if (s.ordinal != ordinal || s.handle != handle || (!any_pattern && s.pattern != pattern))
             continue;
-        Py_INCREF(s.device);
-        Py_INCREF(s.launch);
-        if (drop_is(attr(s.device, s_closed), Py_False)) {
-            *device = s.device;
-            *launch = s.launch;
+        *device = Py_NewRef(s.device);
+        *launch = Py_NewRef(s.launch);
+        if (drop_is(attr(s.device, s_closed), Py_False))
             return 1;
-        }
-        Py_DECREF(s.device);
-        Py_DECREF(s.launch);
+        Py_CLEAR(*device);
+        Py_CLEAR(*launch);
         return 0; /* its device closed: the Python path runs the call (and remembers it anew) */
     }
     return 0;
@@ -1678,10 +1644,10 @@ static PyObject *lane_run(OpLane *Q, call_t *c) {
     if (!c->fresh) { /* no output shares a byte with an input or another output (strided_ops.check_disjoint) */
         uint64_t lo[MAX_PIECES + 1], hi[MAX_PIECES + 1];
         for (Py_ssize_t i = 0; i < c->narrays; i++) {
-            lo[i] = c->f[i].address + (uint64_t)e->lo[i];
-            hi[i] = c->f[i].address + (uint64_t)e->hi[i];
+            lo[i] = c->f[i].address + (uint64_t)e->spans[i][0];
+            hi[i] = c->f[i].address + (uint64_t)e->spans[i][1];
         }
-        for (Py_ssize_t j = e->first_output; j < c->narrays; j++)
+        for (Py_ssize_t j = c->first_written; j < c->narrays; j++)
             for (Py_ssize_t i = 0; i < j; i++)
                 if (lo[i] < hi[i] && lo[j] < hi[j] && lo[i] < hi[j] && lo[j] < hi[i])
                     goto done;
@@ -1749,75 +1715,45 @@ static PyObject *lane_call(OpLane *Q, int join, PyObject *const *args, Py_ssize_
     return result;
 }
 
-/* Whether ``results`` is as fresh_results takes it: per result made, ``(shape, strides)``,
- * two tuples of one length. */
+/* Whether ``results`` is as fresh_results takes it: a pair per result made. */
 static int results_fit(PyObject *results, Py_ssize_t nmade) {
     if (!PyTuple_CheckExact(results) || PyTuple_GET_SIZE(results) != nmade)
         return 0;
-    for (Py_ssize_t i = 0; i < nmade; i++) {
-        PyObject *r = PyTuple_GET_ITEM(results, i);
-        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 2 || !PyTuple_Check(PyTuple_GET_ITEM(r, 0)) ||
-            !PyTuple_Check(PyTuple_GET_ITEM(r, 1)) ||
-            PyTuple_GET_SIZE(PyTuple_GET_ITEM(r, 0)) != PyTuple_GET_SIZE(PyTuple_GET_ITEM(r, 1)))
+    for (Py_ssize_t i = 0; i < nmade; i++)
+        if (!PyTuple_CheckExact(PyTuple_GET_ITEM(results, i)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(results, i)) != 2)
             return 0;
-    }
     return 1;
 }
 
-/* The entry of a call read into ``c``, made from its ``route`` where the table has none
- * (a new reference; NULL, an error set or not, where the route does not fit the call). */
-static OpEntry *entry_of(OpLane *Q, call_t *c, PyObject *route, Py_ssize_t nmade) {
+/* The entry of a call read into ``c``, made where the table has none from ``entry``, what
+ * the Python path's route says of such calls (Route.entry): the element size, each
+ * array's span as native int64 pairs, per result (shape, strides), whether row-major. A
+ * new reference; NULL, an error set or not, where it does not fit the call. */
+static OpEntry *entry_of(OpLane *Q, call_t *c, PyObject *entry, Py_ssize_t nmade) {
     OpEntry *e = (OpEntry *)PyDict_GetItemWithError(Q->entries, c->key);
     if (e != NULL)
         return (OpEntry *)Py_NewRef(e);
-    if (PyErr_Occurred() || (e = PyObject_GC_New(OpEntry, &OpEntryType)) == NULL)
+    unsigned long long itemsize;
+    const char *spans;
+    Py_ssize_t nbytes;
+    PyObject *results;
+    int row_major;
+    if (PyErr_Occurred() || !PyTuple_CheckExact(entry) ||
+        !PyArg_ParseTuple(entry, "Ky#Op", &itemsize, &spans, &nbytes, &results, &row_major) || !itemsize ||
+        (itemsize & (itemsize - 1)) || nbytes != c->narrays * (Py_ssize_t)sizeof e->spans[0] ||
+        (c->fresh && !results_fit(results, nmade)) || (e = PyObject_GC_New(OpEntry, &OpEntryType)) == NULL)
         return NULL;
-    e->results = NULL;
-    e->nslots = 0;
-    e->row_major = 1;
-    memset(e->lo, 0, sizeof e->lo);
-    memset(e->hi, 0, sizeof e->hi);
-    PyObject_GC_Track(e);
-    uint64_t first, itemsize;
-    PyObject *dtype = PyObject_GetAttr(route, s_dtype);
-    int ok = dtype != NULL && read_u64(dtype, s_itemsize, &itemsize) && itemsize && !(itemsize & (itemsize - 1));
-    Py_XDECREF(dtype);
-    if (!ok || !read_u64(route, s_first_output, &first) || first < 1 || first > (uint64_t)c->narrays)
-        goto error;
     e->mask = itemsize - 1;
-    e->first_output = (Py_ssize_t)first;
-    if (!c->fresh) {
-        PyObject *spans = PyObject_GetAttr(route, s_spans);
-        ok = spans != NULL && PyTuple_CheckExact(spans) && PyTuple_GET_SIZE(spans) == c->narrays;
-        for (Py_ssize_t i = 0; ok && i < c->narrays; i++) {
-            PyObject *span = PyTuple_GET_ITEM(spans, i);
-            ok = PyTuple_CheckExact(span) && PyTuple_GET_SIZE(span) == 2;
-            if (ok) {
-                e->lo[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(span, 0));
-                e->hi[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(span, 1));
-                ok = !PyErr_Occurred();
-            }
-        }
-        Py_XDECREF(spans);
-        if (!ok)
-            goto error;
-    } else {
-        PyObject *order = PyObject_GetAttr(route, s_order);
-        if (order == NULL)
-            goto error;
-        e->row_major = order == Py_None;
-        Py_DECREF(order);
-        if ((e->results = PyObject_GetAttr(route, s_results)) == NULL || !results_fit(e->results, nmade))
-            goto error;
-    }
+    memcpy(e->spans, spans, (size_t)nbytes);
+    e->results = c->fresh ? Py_NewRef(results) : NULL;
+    e->row_major = row_major;
+    e->nslots = 0;
+    PyObject_GC_Track(e);
     if (PyDict_GET_SIZE(Q->entries) >= ENTRIES_KEPT)
         PyDict_Clear(Q->entries);
     if (PyDict_SetItem(Q->entries, c->key, (PyObject *)e) < 0)
-        goto error;
+        Py_CLEAR(e);
     return e;
-error:
-    Py_DECREF(e);
-    return NULL;
 }
 
 /* Whether the arrays read into ``c`` are those the Python path checked: ``seen`` holds
@@ -1838,8 +1774,8 @@ static int read_as_seen(const call_t *c, PyObject *seen) {
     return 1;
 }
 
-/* remember_split(dy, sizes, dim, out, stream, route, device, seen, made, launch) and
- * remember_join(xs, dim, out, stream, route, device, seen, made, launch): a call the
+/* remember_split(dy, sizes, dim, out, stream, entry, device, seen, made, launch) and
+ * remember_join(xs, dim, out, stream, entry, device, seen, made, launch): a call the
  * Python path checked and ran with ``launch`` on ``device``, remembered for the next of
  * its kind. ``seen``: the (address, shape) it read of each array, inputs then outputs
  * given; ``made``: the addresses of the results it made (an empty list where ``out`` was
@@ -1851,11 +1787,11 @@ static PyObject *lane_remember(OpLane *Q, int join, PyObject *const *args, Py_ss
     if (lane_cleared(Q))
         return NULL;
     if (nargs != nops + 5) {
-        PyErr_SetString(PyExc_TypeError, join ? "remember_join(xs, dim, out, stream, route, device, seen, made, launch)"
-                                              : "remember_split(dy, sizes, dim, out, stream, route, device, seen, made, launch)");
+        PyErr_SetString(PyExc_TypeError, join ? "remember_join(xs, dim, out, stream, entry, device, seen, made, launch)"
+                                              : "remember_split(dy, sizes, dim, out, stream, entry, device, seen, made, launch)");
         return NULL;
     }
-    PyObject *route = args[nops], *device = args[nops + 1], *seen = args[nops + 2], *outputs = args[nops + 3];
+    PyObject *entry = args[nops], *device = args[nops + 1], *seen = args[nops + 2], *outputs = args[nops + 3];
     PyObject *launch = args[nops + 4];
     call_t c;
     OpEntry *e = NULL;
@@ -1872,7 +1808,7 @@ static PyObject *lane_remember(OpLane *Q, int join, PyObject *const *args, Py_ss
                 goto done;
     }
     call_addresses(&c, made, nmade, &wide, pieces, &pattern);
-    if ((e = entry_of(Q, &c, route, nmade)) == NULL)
+    if ((e = entry_of(Q, &c, entry, nmade)) == NULL)
         goto done;
     int at = 0;
     while (at < e->nslots && !(e->slots[at].ordinal == c.f[0].ordinal && e->slots[at].handle == c.handle &&
@@ -1896,9 +1832,7 @@ done:
     Py_XDECREF(e);
     call_clear(&c);
     drop_error(); /* the op has run: what could not be remembered runs through Python next time */
-    if (PyErr_Occurred())
-        return NULL;
-    return PyBool_FromLong(taken);
+    return PyErr_Occurred() ? NULL : PyBool_FromLong(taken);
 }
 
 static PyObject *OpLane_forget(OpLane *Q, PyObject *unused) {
@@ -1907,9 +1841,6 @@ static PyObject *OpLane_forget(OpLane *Q, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
-/* bind_torch(tensor_class, dtypes, current_stream=None): recognise torch tensors, their dtypes
- * through the table; with ``current_stream`` (torch's raw current stream of a device index),
- * make the results of calls without ``out`` too. */
 static PyObject *OpLane_bind_torch(OpLane *Q, PyObject *args) {
     PyObject *tensor, *dtypes, *current = Py_None;
     if (!PyArg_ParseTuple(args, "OO!|O", &tensor, &PyDict_Type, &dtypes, &current))
@@ -1920,9 +1851,6 @@ static PyObject *OpLane_bind_torch(OpLane *Q, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* bind_cupy(ndarray, dtypes, current_stream): recognise contiguous CuPy arrays, their
- * dtypes through the table, while ``current_stream()`` (CuPy's, as the ops name it) is the
- * op's. */
 static PyObject *OpLane_bind_cupy(OpLane *Q, PyObject *args) {
     PyObject *ndarray, *dtypes, *current;
     if (!PyArg_ParseTuple(args, "OO!O", &ndarray, &PyDict_Type, &dtypes, &current))
@@ -1992,9 +1920,9 @@ static PyMethodDef OpLane_methods[] = {
     {"join", (PyCFunction)(void (*)(void))OpLane_join, METH_FASTCALL,
      "join(xs, dim, out, stream): True launched (out None: the result), or False having done nothing."},
     {"remember_split", (PyCFunction)(void (*)(void))OpLane_remember_split, METH_FASTCALL,
-     "remember_split(dy, sizes, dim, out, stream, route, device, seen, made, launch): a checked call, for the next."},
+     "remember_split(dy, sizes, dim, out, stream, entry, device, seen, made, launch): a checked call, for the next."},
     {"remember_join", (PyCFunction)(void (*)(void))OpLane_remember_join, METH_FASTCALL,
-     "remember_join(xs, dim, out, stream, route, device, seen, made, launch): a checked call, for the next."},
+     "remember_join(xs, dim, out, stream, entry, device, seen, made, launch): a checked call, for the next."},
     {"forget", (PyCFunction)OpLane_forget, METH_NOARGS, "forget(): every call remembered."},
     {"bind_torch", (PyCFunction)OpLane_bind_torch, METH_VARARGS,
      "bind_torch(tensor_class, dtypes, current_stream=None): recognise torch tensors (dtypes: torch "
@@ -2038,23 +1966,10 @@ static PyTypeObject OpLaneType = {
 /* --- the module ------------------------------------------------------------------- */
 
 static int intern_all(void) {
-    struct { PyObject **slot; const char *text; } names[] = {
-        {&s_launch_key, "launch_key"}, {&s_address, "address"}, {&s_nbytes, "nbytes"},
-        {&s_dtype, "dtype"}, {&s_is_cuda, "is_cuda"}, {&s_get_device, "get_device"},
-        {&s_is_contiguous, "is_contiguous"}, {&s_data_ptr, "data_ptr"}, {&s_handle, "handle"},
-        {&s_stream, "stream"}, {&s_shared_mem, "shared_mem"}, {&s_shape, "shape"},
-        {&s_ordinal, "ordinal"}, {&s_closed, "closed"},
-        {&s_requires_grad, "requires_grad"}, {&s_itemsize, "itemsize"},
-        {&s_stride, "stride"}, {&s_new_empty_strided, "new_empty_strided"},
-        {&s_first_output, "first_output"}, {&s_spans, "spans"},
-        {&s_results, "results"}, {&s_order, "order"}, {&s_backward, "backward"},
-        {&s_forward, "forward"}, {&s_strides, "strides"}, {&s_data, "data"}, {&s_ptr, "ptr"}, {&s_device_id, "device_id"},
-    };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        *names[i].slot = PyUnicode_InternFromString(names[i].text);
-        if (*names[i].slot == NULL)
-            return 0;
-    }
+#define INTERN_NAME(name) \
+    if ((s_##name = PyUnicode_InternFromString(#name)) == NULL) \
+        return 0;
+    NAMES(INTERN_NAME)
     return 1;
 }
 

@@ -18,6 +18,7 @@ or launched.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,11 +54,14 @@ class Route:
     row-major problem of ``rows`` rows of pieces ``extents`` elements wide, the wide
     array's row pitch ``pitch`` (0: packed). ``results``: each result made where ``out``
     is not given, as ``(shape, strides)``, dense in the input's memory ``order`` (row-major
-    where ``order`` is None): what the C lane allocates, as new_outputs does."""
+    where ``order`` is None): what the C lane allocates, as new_outputs does. ``entry``:
+    what the C lane keeps of it (runtime/_fastlaunch.c, entry_of): the element size, the
+    spans as native int64 pairs, the results and whether they are row-major; None where a
+    span is past int64 (the lane then leaves such calls to this path)."""
 
     __slots__ = (
-        "dtype", "extents", "first_output", "launches", "op", "order", "out_shapes", "pitch", "problem",
-        "results", "rows", "spans", "strided",
+        "dtype", "entry", "extents", "first_output", "launches", "op", "order", "out_shapes", "pitch",
+        "problem", "results", "rows", "spans", "strided",
     )  # fmt: skip
 
     def __init__(
@@ -79,6 +83,12 @@ class Route:
         self.strided, self.problem = problem is not None, problem
         self.order, self.rows, self.extents, self.pitch = order, rows, extents, pitch
         self.results = tuple((s, dense_strides(s, order or range(len(s)))) for s in out_shapes)
+        try:
+            packed = array("q", [offset for pair in spans for offset in pair]).tobytes()
+        except OverflowError:
+            self.entry = None
+        else:
+            self.entry = (dtype.itemsize, packed, self.results, order is None)
         # The launch function last used per stream and addresses modulo 16, with its device:
         # runtime.ops fills it, so that a call of a known route asks no plan table.
         self.launches: dict[tuple[int, ...], tuple[Any, Any]] = {}

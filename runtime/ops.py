@@ -281,7 +281,7 @@ def channel_cat_backward(
     made, outputs, device, launch = _launch_route(op, route, arrays, out is not None, dy, handle)
     if _lane is not None:  # the next call of this kind runs in C
         seen, made_at = [(a.ptr, a.shape) for a in arrays], outputs if made is not None else []
-        _lane.remember_split(dy, sizes, dim, out, stream, route, device, seen, made_at, launch)
+        _lane.remember_split(dy, sizes, dim, out, stream, route.entry, device, seen, made_at, launch)
     return list(out) if made is None else made
 
 
@@ -324,5 +324,5 @@ def channel_cat_forward(xs: Sequence[Any], dim: int = 1, *, out: Any = None, str
     made, outputs, device, launch = _launch_route(op, route, arrays, out is not None, xs[0], handle)
     if _lane is not None:
         seen, made_at = [(a.ptr, a.shape) for a in arrays], outputs if made is not None else []
-        _lane.remember_join(xs, dim, out, stream, route, device, seen, made_at, launch)
+        _lane.remember_join(xs, dim, out, stream, route.entry, device, seen, made_at, launch)
     return out if made is None else made[0]

@@ -1,8 +1,9 @@
 """The ops' C lane (runtime._fastlaunch.OpLane) on its own, without a GPU: what it
 remembers and refuses when Python code runs in the middle of a call (a device's
 ``closed``, a finalizer), when the arrays changed between the Python path's reading and
-the lane's, and when a route does not fit. Its arrays are stand-ins of the class the lane
-is told reads as a DeviceArray; its launch functions record what they are called with."""
+the lane's, and when a route's entry does not fit. Its arrays are stand-ins of the class
+the lane is told reads as a DeviceArray; its launch functions record what they are
+called with."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ if launch.compiled_launch_available():
     pytest.skip(launch.compiled_launch_available(), allow_module_level=True)
 
 from runtime import _fastlaunch
+from runtime.op_routes import Route
 
 
 class _DType:
@@ -53,14 +55,14 @@ class _Array:
         self.nbytes = 4 * shape[0] * shape[1]
 
 
-class _Route:
-    """A route as runtime.op_routes makes one, for a split of 4 × 10 f32 into 3 + 7."""
+def _entry(spans, order=None):
+    """What runtime.op_routes.Route hands the lane (``Route.entry``) for a split of 4 × 10
+    f32 into 3 + 7: ``spans`` dy's, then each output's where ``out`` is given."""
+    return Route("backward", F32, ((4, 3), (4, 7)), spans, 1, order=order).entry
 
-    dtype = F32
-    first_output = 1
-    spans = ((0, 160), (0, 48), (0, 112))
-    results = (((4, 3), (3, 1)), ((4, 7), (7, 1)))
-    order = None
+
+ENTRY = _entry(((0, 160), (0, 48), (0, 112)))  # with out
+FRESH = _entry(((0, 160),))  # without out
 
 
 class _Stream:
@@ -93,9 +95,9 @@ def _seen(dy, out):
     return [(a.address, a.shape) for a in (dy, *out)]
 
 
-def _remember(lane, device, pattern, launch_function, route=_Route):
+def _remember(lane, device, pattern, launch_function, entry=ENTRY):
     dy, out = _split(device, pattern)
-    return lane.remember_split(dy, [3, 7], 1, out, None, route, device, _seen(dy, out), [], launch_function)
+    return lane.remember_split(dy, [3, 7], 1, out, None, entry, device, _seen(dy, out), [], launch_function)
 
 
 PATTERNS = [p for p in itertools.product((0, 4, 8, 12), repeat=3)]
@@ -147,42 +149,35 @@ def test_arrays_changed_since_the_python_path_read_them_are_not_remembered():
     moved = [*seen[:1], (seen[1][0] + 16, seen[1][1]), seen[2]]
     reshaped = [*seen[:2], (seen[2][0], (7, 4))]
     for wrong in (moved, reshaped, seen[:2], "not a list"):
-        assert lane.remember_split(dy, [3, 7], 1, out, None, _Route, device, wrong, [], print) is False
+        assert lane.remember_split(dy, [3, 7], 1, out, None, ENTRY, device, wrong, [], print) is False
     assert lane.remembered == 0
-    assert lane.remember_split(dy, [3, 7], 1, out, None, _Route, device, seen, [], print) is True
+    assert lane.remember_split(dy, [3, 7], 1, out, None, ENTRY, device, seen, [], print) is True
     assert lane.remembered == 1
 
 
-def test_a_route_that_does_not_fit_is_not_remembered_and_raises_nothing():
-    """The op has run when it is remembered: a route the lane cannot hold (spans of
-    another length, an output index out of range, results of another rank or count, no
-    element size) answers False, and later calls of that kind go through Python."""
+def test_an_entry_that_does_not_fit_is_not_remembered_and_raises_nothing():
+    """The op has run when it is remembered: an entry the lane cannot hold (spans of
+    another count, results of another count or not pairs, an element size not a power of
+    two, no entry: a span past int64) answers False, and later calls of that kind go
+    through Python."""
     lane, device = _lane(), _Device()
-
-    class Spans(_Route):
-        spans = ((0, 160), (0, 48))
-
-    class First(_Route):
-        first_output = 5
-
-    for route in (Spans, First, object()):
-        assert _remember(lane, device, (0, 0, 0), print, route) is False
+    _, packed, results, _ = FRESH
+    assert _entry(((0, 160), (0, 48), (0, 2**63))) is None  # a span past int64
+    for entry in (_entry(((0, 160), (0, 48))), object(), None):
+        assert _remember(lane, device, (0, 0, 0), print, entry) is False
     dy = _Array(device, (4, 10), 0x10000)
-
-    class Strides(_Route):  # strides of another rank than the shape
-        results = (((4, 3), (1,)), ((4, 7), (7, 1)))
-
-    class NoStrides(_Route):
-        results = (((4, 3), None), ((4, 7), (7, 1)))
-
-    class Count(_Route):  # one result fewer than the call makes
-        results = (((4, 3), (3, 1)),)
-
-    class Itemsize(_Route):  # no element size to align to
-        dtype = None
-
-    for route in (Strides, NoStrides, Count, Itemsize):
-        assert lane.remember_split(dy, [3, 7], 1, None, None, route, device, _seen(dy, []), [0x90000, 0xA0000],
+    for entry in (
+        _entry(((0, 160), (0, 48), (0, 112))),  # spans of an out given
+        (4, packed, results[:1], True),  # one result fewer than the call makes
+        (4, packed, (results[0], ((4, 7), (7, 1), None)), True),  # a result not a pair
+        (4, packed, list(results), True),  # results not a tuple
+        (3, packed, results, True),
+        (0, packed, results, True),
+        (None, packed, results, True),
+        (4, list(packed), results, True),
+        (4, packed, results),
+    ):
+        assert lane.remember_split(dy, [3, 7], 1, None, None, entry, device, _seen(dy, []), [0x90000, 0xA0000],
                                    print) is False  # fmt: skip
     assert lane.remembered == 0
     assert lane.split(dy, [3, 7], 1, None, None) is False
@@ -195,7 +190,7 @@ def test_results_are_made_only_where_a_launch_of_that_device_and_stream_waits():
     lane, device, called = _lane(), _Device(), []
     dy = _Array(device, (4, 10), 0x10000)
     made = [0x90000, 0xA0000]
-    assert lane.remember_split(dy, [3, 7], 1, None, None, _Route, device, _seen(dy, []), made,
+    assert lane.remember_split(dy, [3, 7], 1, None, None, FRESH, device, _seen(dy, []), made,
                                lambda *a: called.append(a)) is True  # fmt: skip
     assert lane.split(dy, [3, 7], 1, None, 7) is False and device.made == []
     results = lane.split(dy, [3, 7], 1, None, None)
@@ -230,7 +225,7 @@ def test_what_the_results_maker_answers_reaches_the_caller_or_leaves_the_call():
     for maker in (raising, *answers):
         lane, device = _lane(maker), _Device()
         dy = _Array(device, (4, 10), 0x10000)
-        assert lane.remember_split(dy, [3, 7], 1, None, None, _Route, device, _seen(dy, []), [0x90000, 0xA0000],
+        assert lane.remember_split(dy, [3, 7], 1, None, None, FRESH, device, _seen(dy, []), [0x90000, 0xA0000],
                                    lambda *a: called.append(a)) is True  # fmt: skip
         if maker is raising:
             with pytest.raises(MemoryError, match="112 bytes"):
@@ -252,12 +247,10 @@ def test_results_in_another_memory_order_are_not_made_as_device_arrays():
     call to Python, which says why."""
     lane, device = _lane(), _Device()
 
-    class ChannelsLast(_Route):
-        results = (((4, 3), (1, 4)), ((4, 7), (1, 4)))
-        order = (1, 0)
-
+    channels_last = _entry(((0, 160),), order=(1, 0))
+    assert channels_last[2] == (((4, 3), (1, 4)), ((4, 7), (1, 4)))
     dy = _Array(device, (4, 10), 0x10000)
-    assert lane.remember_split(dy, [3, 7], 1, None, None, ChannelsLast, device, _seen(dy, []), [0x90000, 0xA0000],
+    assert lane.remember_split(dy, [3, 7], 1, None, None, channels_last, device, _seen(dy, []), [0x90000, 0xA0000],
                                print) is True  # fmt: skip
     assert lane.split(dy, [3, 7], 1, None, None) is False and device.made == []
 
@@ -286,7 +279,7 @@ def test_an_interrupt_while_a_tensor_is_read_reaches_the_caller():
     lane.bind_torch(Tensor, {"f32": F32})
     for call in (
         lambda: lane.split(Tensor(), [3, 7], 1, None, None),
-        lambda: lane.remember_split(Tensor(), [3, 7], 1, None, None, _Route, _Device(), [], [], print),
+        lambda: lane.remember_split(Tensor(), [3, 7], 1, None, None, FRESH, _Device(), [], [], print),
     ):
         with pytest.raises(KeyboardInterrupt):
             call()
@@ -347,7 +340,7 @@ def test_contiguous_cupy_arrays_run_in_the_lane_while_cupys_stream_is_the_ops():
     out = [_Ndarray((4, 3), 0x20000), _Ndarray((4, 7), 0x30000)]
     seen = [(0x10000, (4, 10)), (0x20000, (4, 3)), (0x30000, (4, 7))]
     device = _Device()
-    assert lane.remember_split(dy, [3, 7], 1, out, None, _Route, device, seen, [],
+    assert lane.remember_split(dy, [3, 7], 1, out, None, ENTRY, device, seen, [],
                                lambda *a: called.append(a)) is True  # fmt: skip
     assert lane.split(dy, [3, 7], 1, out, None) is True
     assert called == [(0x10000, 0x20000, 0x30000)]
@@ -373,7 +366,7 @@ def test_cupy_results_are_made_by_cupys_allocator_on_the_ops_stream():
     lane, cupy = _cupy_lane()
     called = []
     dy = _Ndarray((4, 10), 0x10000)
-    assert lane.remember_split(dy, [3, 7], 1, None, None, _Route, _Device(), [(0x10000, (4, 10))],
+    assert lane.remember_split(dy, [3, 7], 1, None, None, FRESH, _Device(), [(0x10000, (4, 10))],
                                [0x90000, 0xA0000], lambda *a: called.append(a)) is True  # fmt: skip
     results = lane.split(dy, [3, 7], 1, None, None)
     assert [r.shape for r in results] == [(4, 3), (4, 7)]

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 import records  # noqa: E402
+from tile_ablation import ABLATIONS, ablation_tile  # noqa: E402
 
 OUT = ROOT / "lab" / "data" / "tile-variants.json"
 TORCH_DTYPES = {"u8": "uint8", "bf16": "bfloat16", "f32": "float32", "f64": "float64"}
@@ -361,6 +362,10 @@ def identity_tile(base: Any = None) -> Any:
     return IdentityTile
 
 
+# the structure taken apart (tile_ablation.py)
+FORWARD_ONLY += [(name, {}, None) for name in ABLATIONS]
+
+
 def base_factory(path: Path) -> Any:
     """A stand-in for ``FastcatTile`` built from an earlier copy of fastcat_tile.py (the
     keyword arguments it does not know dropped), loaded as ``lab/tile_study.py`` loads one."""
@@ -375,6 +380,28 @@ def base_factory(path: Path) -> Any:
         return base(**{k: v for k, v in kwargs.items() if k in known})
 
     return make
+
+
+def stand_in(name: str, base: Any = None) -> Any:
+    """The class ``run_case`` puts in ``FastcatTile``'s place for the variant ``name``
+    (``FastcatTile`` itself where the variant changes the launch only)."""
+    from ptxgen.kernels.fastcat_tile import FastcatTile
+
+    if name == "base":
+        return base
+    if name == "bytes":
+        return byte_walk_tile()
+    if name in RESIDENT:
+        return resident_tile(RESIDENT[name])
+    if name in WINDOWS:
+        return window_tile(name)
+    if name in STRUCTURE:
+        _, identity, ctas = STRUCTURE[name]
+        made = resident_tile(ctas) if ctas else FastcatTile
+        return identity_tile(made) if identity else made
+    if name in ABLATIONS:
+        return ablation_tile(ABLATIONS[name], identity_tile())
+    return FastcatTile
 
 
 def run_case(
@@ -395,18 +422,7 @@ def run_case(
         if wanted and name not in wanted:
             continue
         planner.choose = patched_choose(original, change, per_sm, sms)
-        if name == "base":
-            fastcat_tile.FastcatTile = base  # Launch.kernel imports it at each plan
-        elif name == "bytes":
-            fastcat_tile.FastcatTile = byte_walk_tile()
-        elif name in RESIDENT:
-            fastcat_tile.FastcatTile = resident_tile(RESIDENT[name])
-        elif name in WINDOWS:
-            fastcat_tile.FastcatTile = window_tile(name)
-        elif name in STRUCTURE:
-            _, identity, ctas = STRUCTURE[name]
-            made = resident_tile(ctas) if ctas else ours
-            fastcat_tile.FastcatTile = identity_tile(made) if identity else made
+        fastcat_tile.FastcatTile = stand_in(name, base)  # Launch.kernel imports it at each plan
         runtime.ops.clear_plans()
         reset()
         try:

@@ -63,5 +63,13 @@ study() {
 # the row gather's windows below a 4-byte granule as three 8-byte loads (rg_v2) against the
 # planned five words, on two sweeps' concats where a tile runs (RG_V2=1 runs it, about 70 s)
 [ "${RG_V2:-0}" = 1 ] && study rg-v2 planned,rg_v2 20261301 20261303
+# the concat tile's structure taken apart (tile_variants.py's ABLATIONS: identity without the
+# staged barrier, without the end-of-tile barrier, without the chunk table and its barrier,
+# without all three, and id_direct: no shared memory, the row side read and written in place)
+# beside planned and identity on one sweep's concats where a tile runs (ABLATION=1 runs it:
+# seven variants where the studies above time two in 30-35 s a seed, so about 75-110 s; the
+# study's timeout is 150 s, and its log keeps each case's line if that cuts it short)
+[ "${ABLATION:-0}" = 1 ] && study tile-ablation \
+    planned,identity,id_no_staged_bar,id_no_end_bar,id_no_table,id_bare,id_direct 20261301
 pack
 for f in sanitize launch embed; do [ -f /tmp/logs/$f.log ] && tail -15 /tmp/logs/$f.log; done

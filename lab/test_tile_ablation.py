@@ -1,7 +1,7 @@
 """tile_ablation.py's ablations of the concat tile, run through tile_variants.py
-(``ABLATIONS``: ``identity`` without
-barrier B, without barrier C, without the chunk table and barrier A, without all three,
-and ``id_direct`` without shared memory), checked on the CPU before a GPU times them:
+(``ABLATIONS``: ``identity`` without barrier B, without barrier C, without the chunk
+table and barrier A, without all three, and ``id_direct`` without shared memory),
+checked on the CPU before a GPU times them:
 built as ``run_case`` builds them (the planner's launches for sweep concats, the variant's
 class in ``FastcatTile``'s place), assembled by ptxas at the planned kernel's registers
 without spills, each with the parts it claims removed and nothing else, and run whole in

@@ -37,10 +37,11 @@ SHAPES = [
     ("float32", 31285, (180, 225, 217, 170)),
     ("float64", 12139, (254, 230, 39, 283, 215)),
 ]
-VARIANTS = ["planned", "identity", *tile_variants.ABLATIONS]
+CANDIDATES = [tile_variants.LAST_TILE_NO_END_BAR]  # real copies, not stand-ins
+VARIANTS = ["planned", "identity", *tile_variants.ABLATIONS, *CANDIDATES]
 # bar.sync a tile, tile loop only: A (chunk table), B (staged), C (end of the tile).
 BARRIERS = {"planned": 3, "identity": 3, "id_no_staged_bar": 2, "id_no_end_bar": 2, "id_no_table": 2,
-            "id_bare": 0, "id_direct": 0}  # fmt: skip
+            "id_bare": 0, "id_direct": 0, "pl_last_no_end_bar": 3}  # fmt: skip
 WHY = {"table": "the chunk table is in shared memory", "staged_bar": "and everyone's",
        "end_bar": "before it is refilled"}  # fmt: skip
 
@@ -95,7 +96,7 @@ def test_assembles_at_the_planned_registers_without_spilling(assembled, name, sh
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}-{len(s[2])}")
-@pytest.mark.parametrize("name", [n for n in VARIANTS if n != "planned"])
+@pytest.mark.parametrize("name", [n for n in VARIANTS if n not in ("planned", *CANDIDATES)])
 def test_each_variant_removes_what_it_says(assembled, name, shape):
     kernel, _ = assembled[name, shape]
     ident, _ = assembled["identity", shape]
@@ -129,6 +130,22 @@ def test_each_variant_removes_what_it_says(assembled, name, shape):
         assert kept == lines
 
 
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}-{len(s[2])}")
+def test_last_tile_variant_moves_only_the_end_barrier(assembled, shape):
+    """``pl_last_no_end_bar`` is the planned PTX with barrier C moved past ``_advance``,
+    behind a uniform branch to the exit where the CTA has no next tile."""
+    src = assembled[tile_variants.LAST_TILE_NO_END_BAR, shape][0].source.splitlines()
+    planned = assembled["planned", shape][0].source.splitlines()
+    c = next(i for i, line in enumerate(planned) if "before it is refilled" in line)
+    moved = next(i for i, line in enumerate(src) if "before it is refilled" in line)
+    assert src[:c] == planned[:c]
+    advance = planned[c + 1 : c + 7]  # tile += grid, then (R, C) stepped
+    assert src[c : c + 6] == advance and "add.u32" in advance[0]
+    assert re.search(r"setp\.ge\.u32\s+%pr, %tile, %n_tiles", src[c + 6])
+    assert re.search(r"bra\.uni\s+\$?EXIT", src[c + 7]) and moved == c + 8
+    assert src[c + 9 :] == planned[c + 7 :]
+
+
 def test_refuses_what_is_not_the_row_gather():
     made = tile_variants.stand_in("id_bare")
     with pytest.raises(ValueError, match="row gather"):
@@ -148,11 +165,12 @@ SIM_CASES = [
 ]
 
 
-def _simulate(name: str, case: tuple, grid: int | None) -> tuple[dict, set, set]:
+def _simulate(name: str, case: tuple, grid: int | None) -> tuple[dict, set, set, bytes]:
     """Run the variant on one case in the interpreter, every allocation exactly the
     footprint the real kernel has (the interpreter raises on any byte outside it, and on a
     barrier some threads reach while others have exited); ``grid`` None: one CTA a tile,
-    as planned. Returns the footprints by argument, and the global bytes read and written."""
+    as planned. Returns the footprints by argument, the global bytes read and written, and
+    the row side's bytes after the run (poisoned before it)."""
     rows, widths, row_mod, mods = case
     pitch, offs = sum(widths), [sum(widths[:k]) for k in range(len(widths))]
     g = _granule(row_mod, pitch, offs, list(widths), list(mods))
@@ -176,19 +194,21 @@ def _simulate(name: str, case: tuple, grid: int | None) -> tuple[dict, set, set]
     for k in range(len(widths)):
         piece = mem.view(args[f"chunk{k}_ptr"])
         piece[:] = bytes(rng.randrange(256) for _ in range(len(piece)))
+    row = mem.view(args["row_ptr"])
+    row[:] = b"\xa5" * len(row)
     mem.clear()
     run_kernel(kernel, grid, args, mem)
     reads = {a + i for a, n, w in mem.accesses if not w for i in range(n)}
     writes = {a + i for a, n, w in mem.accesses if w for i in range(n)}
     spans = {arg: (args[arg], args[arg] + fp.nbytes) for arg, fp in fps.items()}
-    return spans, reads, writes
+    return spans, reads, writes, bytes(mem.view(args["row_ptr"]))
 
 
 @pytest.mark.parametrize("grid", [None, 2], ids=["tile-a-cta", "grid-stride"])
 @pytest.mark.parametrize("case", SIM_CASES, ids=lambda c: f"{len(c[1])}x{c[1][0]}")
 def test_stays_inside_the_footprints_and_writes_identitys_vectors(case, grid):
-    spans, id_reads, id_writes = _simulate("identity", case, grid)
-    _, _, planned_writes = _simulate("planned", case, grid)
+    spans, id_reads, id_writes, _ = _simulate("identity", case, grid)
+    _, _, planned_writes, _ = _simulate("planned", case, grid)
     row_lo, row_hi = spans["row_ptr"]
     pieces = [span for arg, span in spans.items() if arg != "row_ptr"]
     # identity writes the whole row vectors the planned kernel writes, not the vectors
@@ -197,7 +217,7 @@ def test_stays_inside_the_footprints_and_writes_identitys_vectors(case, grid):
     edges = bool(row_mod or (row_mod + rows * sum(widths)) % 16)
     assert id_writes <= planned_writes and (id_writes < planned_writes) == edges
     for name in tile_variants.ABLATIONS:
-        _, reads, writes = _simulate(name, case, grid)
+        _, reads, writes, _ = _simulate(name, case, grid)
         assert writes == id_writes, name
         assert all(row_lo <= a < row_hi for a in writes), name
         if "staging" in tile_variants.ABLATIONS[name]:  # the row side read in place
@@ -205,3 +225,15 @@ def test_stays_inside_the_footprints_and_writes_identitys_vectors(case, grid):
         else:  # the same staging as identity: the table's ranges worked out alike
             assert reads == id_reads, name
             assert all(any(lo <= a < hi for lo, hi in pieces) for a in reads), name
+
+
+@pytest.mark.parametrize("grid", [None, 2], ids=["tile-a-cta", "grid-stride"])
+@pytest.mark.parametrize("case", SIM_CASES, ids=lambda c: f"{len(c[1])}x{c[1][0]}")
+def test_last_tile_without_end_barrier_is_the_planned_copy(case, grid):
+    """``pl_last_no_end_bar`` is a candidate for the product, so it must copy: the same
+    reads, writes and row bytes as the planned kernel, on one CTA a tile and on a grid
+    where each CTA walks several tiles (there its barrier C still runs between tiles)."""
+    planned = _simulate("planned", case, grid)
+    got = _simulate(tile_variants.LAST_TILE_NO_END_BAR, case, grid)
+    assert got[1:] == planned[1:]
+    assert b"\xa5" * 16 not in got[3]  # the poison gone: every row vector written

@@ -41,6 +41,11 @@ ABLATIONS = {
     "id_bare": frozenset({"table", "staged_bar", "end_bar"}),
     "id_direct": frozenset({"table", "staging", "end_bar"}),
 }
+# A candidate for the product, not an ablation: the planned kernel (real results) with
+# barrier C written only where the CTA has another tile to refill the table and staging
+# for, after ``_advance`` (a uniform test: every thread of a CTA holds the same tile).
+# Correct for any grid; on the planner's grids (one CTA a tile) it never waits at C.
+LAST_TILE_NO_END_BAR = "pl_last_no_end_bar"
 
 
 def ablation_tile(removed: frozenset[str], identity: Any) -> Any:
@@ -134,3 +139,21 @@ def ablation_tile(removed: frozenset[str], identity: Any) -> Any:
                 e("st.global.v4.u32", e.at("dr_g", 16 * u * B), data[u], guard=f"full_{u}")
 
     return AblationTile
+
+
+def last_tile_no_end_bar() -> Any:
+    """``FastcatTile`` whose end-of-tile barrier (C) is written after ``_advance``, behind a
+    branch to the exit taken where the CTA has no next tile (``LAST_TILE_NO_END_BAR``)."""
+    from ptxgen.kernels.fastcat_tile import FastcatTile
+
+    base = ablation_tile(frozenset({"end_bar"}), FastcatTile)
+
+    class LastTileNoEndBar(base):  # type: ignore[misc, valid-type]
+        def _advance(self) -> None:
+            super()._advance()
+            e = self.e
+            e("setp.ge.u32", "pr", "tile", "n_tiles")
+            e.bra(self.exit, guard="pr", uniform=True, why="no next tile: nothing to refill")
+            e("bar.sync", 0, why="everyone is done with the tile before it is refilled")
+
+    return LastTileNoEndBar

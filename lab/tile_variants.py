@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 import records  # noqa: E402
-from tile_ablation import ABLATIONS, ablation_tile  # noqa: E402
+from tile_ablation import ABLATIONS, LAST_TILE_NO_END_BAR, ablation_tile, last_tile_no_end_bar  # noqa: E402
 
 OUT = ROOT / "lab" / "data" / "tile-variants.json"
 TORCH_DTYPES = {"u8": "uint8", "bf16": "bfloat16", "f32": "float32", "f64": "float64"}
@@ -363,7 +363,7 @@ def identity_tile(base: Any = None) -> Any:
 
 
 # the structure taken apart (tile_ablation.py)
-FORWARD_ONLY += [(name, {}, None) for name in ABLATIONS]
+FORWARD_ONLY += [(name, {}, None) for name in [*ABLATIONS, LAST_TILE_NO_END_BAR]]
 
 
 def base_factory(path: Path) -> Any:
@@ -401,6 +401,8 @@ def stand_in(name: str, base: Any = None) -> Any:
         return identity_tile(made) if identity else made
     if name in ABLATIONS:
         return ablation_tile(ABLATIONS[name], identity_tile())
+    if name == LAST_TILE_NO_END_BAR:
+        return last_tile_no_end_bar()
     return FastcatTile
 
 

@@ -70,6 +70,6 @@ study() {
 # seven variants where the studies above time two in 30-35 s a seed, so about 75-110 s; the
 # study's timeout is 150 s, and its log keeps each case's line if that cuts it short)
 [ "${ABLATION:-0}" = 1 ] && study tile-ablation \
-    planned,identity,id_no_staged_bar,id_no_end_bar,id_no_table,id_bare,id_direct 20261301
+    planned,identity,id_no_staged_bar,id_no_end_bar,id_no_table,id_bare,id_direct,pl_last_no_end_bar 20261301
 pack
 for f in sanitize launch embed; do [ -f /tmp/logs/$f.log ] && tail -15 /tmp/logs/$f.log; done

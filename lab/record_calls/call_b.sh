@@ -52,7 +52,7 @@ fi
 study() {
     local name=$1 variants=$2; shift 2
     for s in "$@"; do
-        (cd lab && timeout 150 python3 tile_variants.py --sweep 64 --seed "$s" --ops concat \
+        (cd lab && timeout "${STUDY_TIMEOUT:-150}" python3 tile_variants.py --sweep 64 --seed "$s" --ops concat \
             --variants "$variants" -o "/tmp/logs/$name-$s.json" > "/tmp/logs/$name-$s.log" 2>&1)
         echo "$name $s rc $?"; grep -E "^[a-z0-9_]+ concat( [a-z0-9]+)?:" "/tmp/logs/$name-$s.log"
     done
@@ -66,10 +66,12 @@ study() {
 # the concat tile's structure taken apart (tile_variants.py's ABLATIONS: identity without the
 # staged barrier, without the end-of-tile barrier, without the chunk table and its barrier,
 # without all three, and id_direct: no shared memory, the row side read and written in place)
-# beside planned and identity on one sweep's concats where a tile runs (ABLATION=1 runs it:
-# seven variants where the studies above time two in 30-35 s a seed, so about 75-110 s; the
-# study's timeout is 150 s, and its log keeps each case's line if that cuts it short)
-[ "${ABLATION:-0}" = 1 ] && study tile-ablation \
-    planned,identity,id_no_staged_bar,id_no_end_bar,id_no_table,id_bare,id_direct,pl_last_no_end_bar 20261301
+# beside planned, identity, identity in 16 KB tiles (id_u4) and the product candidate
+# pl_last_no_end_bar (barrier C only where a CTA has another tile) on one sweep's concats
+# where a tile runs (ABLATION=1 runs it: nine variants where the studies above time two in
+# 30-35 s a seed, so about 100-140 s; its timeout is 200 s, and its log keeps each case's
+# line if that cuts it short)
+[ "${ABLATION:-0}" = 1 ] && STUDY_TIMEOUT=200 study tile-ablation \
+    planned,identity,id_no_staged_bar,id_no_end_bar,id_no_table,id_bare,id_direct,id_u4,pl_last_no_end_bar 20261301
 pack
 for f in sanitize launch embed; do [ -f /tmp/logs/$f.log ] && tail -15 /tmp/logs/$f.log; done

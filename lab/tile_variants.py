@@ -29,7 +29,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 import records  # noqa: E402
-from tile_ablation import ABLATIONS, LAST_TILE_NO_END_BAR, ablation_tile, last_tile_no_end_bar  # noqa: E402
+from tile_ablation import (  # noqa: E402
+    ABLATIONS,
+    LAST_TILE_NO_END_BAR,
+    NO_TABLE,
+    ablation_tile,
+    last_tile_no_end_bar,
+    no_table,
+)
 
 OUT = ROOT / "lab" / "data" / "tile-variants.json"
 TORCH_DTYPES = {"u8": "uint8", "bf16": "bfloat16", "f32": "float32", "f64": "float64"}
@@ -363,7 +370,7 @@ def identity_tile(base: Any = None) -> Any:
 
 
 # the structure taken apart (tile_ablation.py)
-FORWARD_ONLY += [(name, {}, None) for name in [*ABLATIONS, LAST_TILE_NO_END_BAR]]
+FORWARD_ONLY += [(name, {}, None) for name in [*ABLATIONS, LAST_TILE_NO_END_BAR, NO_TABLE]]
 
 
 def base_factory(path: Path) -> Any:
@@ -403,6 +410,8 @@ def stand_in(name: str, base: Any = None) -> Any:
         return ablation_tile(ABLATIONS[name], identity_tile())
     if name == LAST_TILE_NO_END_BAR:
         return last_tile_no_end_bar()
+    if name == NO_TABLE:
+        return no_table()
     return FastcatTile
 
 

@@ -1,0 +1,18 @@
+#!/bin/bash
+# A patch's kernels against main's on sweep concats where a tile runs, in one device call:
+# main's tree and a copy with PATCH applied, each timing tile_variants.py's `planned` (the
+# kernel its planner plans), alternating tree by tree for each seed, every result checked.
+#   PATCH=lab/patches/row-gather-no-table.patch SEEDS="20261301 20261303" bash lab/record_calls/ab_patch.sh
+set -u
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+rm -rf /tmp/patched && mkdir -p /tmp/patched && cp -r . /tmp/patched/ && (cd /tmp/patched && git apply "$PATCH") || exit 1
+for s in ${SEEDS:-20261301 20261303}; do
+    for tree in main patched; do
+        root=$([ $tree = main ] && pwd || echo /tmp/patched)
+        (cd "$root/lab" && timeout 100 python3 tile_variants.py --sweep 64 --seed "$s" --ops concat \
+            --variants planned -o "$OUT/ab-$tree-$s.json" > "$OUT/ab-$tree-$s.log" 2>&1)
+        echo "$tree $s rc $?"; grep -E "^planned concat( [a-z0-9]+)?:" "$OUT/ab-$tree-$s.log"
+    done
+done

@@ -431,3 +431,29 @@ def test_the_interpreter_answers_each_warp_at_one_vote():
         False,
         0b100001,
     )
+
+
+@pytest.mark.parametrize("granule", [1, 2, 4, 8, 16])
+def test_row_gather_stages_without_the_table_below_16_byte_granules(granule):
+    """Below a 16-byte granule the row gather's staging starts at once: no table filled by
+    warp 0, no barrier before the first cp.async, two barriers a tile; at 16 bytes it keeps
+    the table (the whole-vector windows leave no registers for the ranges)."""
+    kw = dict(direction="forward", chunks=3, granule=granule, whole_rows=True, unroll=8, block=256,
+              loader="cp.async", wide_chunks=True, row_gather=True, target="sm_90")  # fmt: skip
+    kernel = FastcatTile(**kw)
+    code = "\n".join(line.split("//")[0] for line in kernel.source.splitlines())
+    loop = code[code.index("TILE_LOOP:") :]
+    without = granule < 16
+    assert kernel.staging_without_table == without
+    assert len(re.findall(r"\bbar\.sync\b", loop)) == (2 if without else 3)
+    assert ("st.shared.v2.s64" in loop) != without, "the table's staging part is written only with the table"
+    first_copy, first_barrier = loop.index("cp.async.cg"), loop.index("bar.sync")
+    assert (first_copy < first_barrier) == without
+    assert ("%dR" in code) != without, "no grid step carried where each tile is located afresh"
+    # thread 0 writes each chunk's staging base for the gather before the staging's closing
+    # barrier (the interpreter runs threads one by one between barriers, so a write after it
+    # would pass the footprint tests)
+    bases = [m.start() for m in re.finditer(r"st\.shared\.v4\.u32\s+\[%ctab\+\d+\]", loop)]
+    gather = loop.index("ld.shared.v4.u32")
+    assert len(bases) == kw["chunks"] and max(bases) < loop.rindex("bar.sync", 0, gather)
+    assert not FastcatTile(**{**kw, "row_gather": False, "unroll": 4}).staging_without_table

@@ -2,8 +2,12 @@
 # A patch's kernels against main's on sweep concats where a tile runs, in one device call:
 # main's tree and a copy with PATCH applied, each timing tile_variants.py's `planned` (the
 # kernel its planner plans), alternating tree by tree for each seed, every result checked.
-#   PATCH=lab/patches/row-gather-no-table.patch SEEDS="20261301 20261303" bash lab/record_calls/ab_patch.sh
+#   PATCH=lab/patches/row-gather-with-table.patch SEEDS="20261301 20261303" bash lab/record_calls/ab_patch.sh
+# ($OUT/ab.tgz holds ab-out/ab-{main,patched}-SEED.{json,log})
 set -u
+# The device tool returns at most 8 files from $OUT: everything goes into one tarball.
+final=$OUT; OUT=/tmp/ab-out; rm -rf "$OUT"; mkdir -p "$OUT"
+trap 'tar czf "$final/ab.tgz" -C /tmp ab-out' EXIT
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader

@@ -95,7 +95,8 @@ class FastcatTile(TileRows, TileRowGather, KernelBase):
     vector is read straight out of the staging area as windows of aligned words, two
     where every chunk is wide, else one a piece (:mod:`.tile_row_gather`), where the
     scatter stored a chunk vector into the tile a granule at a time and the tile was read
-    back after one more barrier.
+    back after one more barrier. Below a 16-byte granule its staging does not wait for the
+    chunk table either (:attr:`staging_without_table`).
 
     Arguments: ``row_ptr, row_bytes, row_pitch, rows``, then per chunk
     ``chunk{k}_ptr, chunk{k}_off, chunk{k}_width``.
@@ -217,6 +218,14 @@ class FastcatTile(TileRows, TileRowGather, KernelBase):
             types += [_BYTES_OUT if backward else _BYTES_IN, _U32, _U32]
         self.arg_names, self.arg_types = tuple(names), tuple(types)
         self._emit(staging)
+
+    @property
+    def staging_without_table(self) -> bool:
+        """Whether the row gather's staging works out each chunk's range in every thread
+        (:meth:`TileRowGather._stage_for_rows`) instead of waiting for warp 0's table: at
+        granules under 16 bytes. At 16 the gather's whole-vector windows leave no room for
+        it at 48 registers (4-36 bytes spilled, against none with the table)."""
+        return self.row_gather and self.granule < 16
 
     @property
     def _fwd_async(self) -> bool:
@@ -359,8 +368,10 @@ class FastcatTile(TileRows, TileRowGather, KernelBase):
         e.reg(
             "u64", "row_ptr", "row_bytes", "rows", "head", "tiles_abs", "tmp64", "pitch64", "q0", "tile_abs"
         )
-        e.reg("s64", "R", "R1", "dR", "tR", "row_bytes_s")
-        e.reg("u32", "pitch", "C", "C1", "dC", "tC", "thread", "tile", "grid", "n_tiles", "smem", "tmp32")
+        step = () if self.staging_without_table else ("dR",)  # the grid step: _advance
+        e.reg("s64", "R", "R1", *step, "tR", "row_bytes_s")
+        step = () if self.staging_without_table else ("dC",)
+        e.reg("u32", "pitch", "C", "C1", *step, "tC", "thread", "tile", "grid", "n_tiles", "smem", "tmp32")
         e.reg("pred", "pr", "carry")
         e.note("the row side, and this CTA's first tile")
         self._param("row_ptr", "row_ptr")
@@ -389,24 +400,17 @@ class FastcatTile(TileRows, TileRowGather, KernelBase):
         e.reg("s64", "rem64")
         e("cvt.rn.f32.u32", "pitch_rcp", "pitch")
         e("rcp.approx.ftz.f32", "pitch_rcp", "pitch_rcp")
-        e.note("(R, C) = floor-divmod(tile*T - head, pitch), divided once, then kept by adding")
-        e("mul.wide.u32", "tmp64", "tile", T)
-        e.divmod_u64("R", "rem64", "tmp64", "pitch64", "pitch_rcp")
-        e("cvt.u32.u64", "C", "rem64")
-        e("cvt.u32.u64", "tmp32", "head")
-        e("sub.s32", "C", "C", "tmp32")
-        borrow, borrow_done = e.label("BORROW"), e.label("BORROW_DONE")
-        e.place(borrow)  # runs at most ceil(15 / pitch) times, in tile 0 only
-        e("setp.ge.s32", "pr", "C", 0)
-        e.bra(borrow_done, guard="pr", uniform=True)
-        e("add.s32", "C", "C", "pitch")
-        e("sub.s64", "R", "R", 1)
-        e.bra(borrow)
-        e.place(borrow_done)
+        if self.staging_without_table:
+            e.note("(R, C) = floor-divmod(tile*T - head, pitch), divided again each tile")
+        else:
+            e.note("(R, C) = floor-divmod(tile*T - head, pitch), divided once, then kept by adding")
+        self._tile_start()
         e("mov.u32", "tmp32", T)
         e.reg("u32", "tR32")
         e.divmod_u32("tR32", "tC", "tmp32", "pitch", "pitch_rcp")
         e("cvt.u64.u32", "tR", "tR32", why="one tile, as (rows, columns)")
+        if self.staging_without_table:
+            return
         # The grid step is needed only where a CTA has a second tile: the planner's grids
         # give one a tile, and its 64-bit division was a tenth of a small tile's work.
         step_done = e.label("STEP_DONE")
@@ -462,6 +466,9 @@ class FastcatTile(TileRows, TileRowGather, KernelBase):
                 self._fill_chunk_table()
                 e("bar.sync", 0, why="the whole tile, and the chunk table, are in shared memory")
                 self._gather_chunks("stage")
+            elif self.staging_without_table:  # no tile image, no table: staging at once
+                self._stage_for_rows()
+                self._gather_rows()
             else:
                 self._next_row_state()
                 self._fill_chunk_table()
@@ -469,11 +476,11 @@ class FastcatTile(TileRows, TileRowGather, KernelBase):
                 if self.row_gather:  # no tile image: the row vectors straight from staging
                     self._stage_for_rows()
                     self._gather_rows()
+                elif self.loader == "cp.async":
+                    self._scatter_chunks_async("stage")
                 else:
-                    if self.loader == "cp.async":
-                        self._scatter_chunks_async("stage")
-                    else:
-                        self._scatter_chunks("stage")
+                    self._scatter_chunks("stage")
+                if not self.row_gather:
                     e("bar.sync", 0, why="every chunk's bytes are in the tile")
                     self._store_rows("stage")
             e("bar.sync", 0, why="everyone is done with the tile before it is refilled")
@@ -499,9 +506,39 @@ class FastcatTile(TileRows, TileRowGather, KernelBase):
         e("sub.u32", "C1", "C1", "pitch", guard="carry")
         e("add.s64", "R1", "R1", 1, guard="carry")
 
+    def _tile_start(self) -> None:
+        """(R, C) of this CTA's tile: where its first byte lies in the array, as a row and
+        a column in [0, pitch) (R < 0 where the tile starts before the array, in tile 0)."""
+        e, T = self.e, self.tile_bytes
+        if self.staging_without_table:  # from what the loop keeps: nothing more held
+            e("cvt.u64.u32", "pitch64", "pitch")
+        e("mul.wide.u32", "tmp64", "tile", T)
+        e.divmod_u64("R", "rem64", "tmp64", "pitch64", "pitch_rcp")
+        e("cvt.u32.u64", "C", "rem64")
+        e("cvt.u32.u64", "tmp32", "head")
+        e("sub.s32", "C", "C", "tmp32")
+        borrow, borrow_done = e.label("BORROW"), e.label("BORROW_DONE")
+        e.place(borrow)  # the floor: at most ceil(15 / pitch) times, where tile*T mod pitch < head
+        e("setp.ge.s32", "pr", "C", 0)
+        e.bra(borrow_done, guard="pr", uniform=True)
+        e("add.s32", "C", "C", "pitch")
+        e("sub.s64", "R", "R", 1)
+        e.bra(borrow)
+        e.place(borrow_done)
+
     def _advance(self) -> None:
         e = self.e
         e("add.u32", "tile", "tile", "grid")
+        if self.staging_without_table:
+            # Worked out again, not stepped: the grid step's (dR, dC), carried through the
+            # tile beside everything the staging works out for itself, spilled at 48
+            # registers; the planner gives each CTA one tile, so this never runs there.
+            top = e.label("NEXT_TILE")
+            e("setp.ge.u32", "pr", "tile", "n_tiles")
+            e.bra(top, guard="pr", uniform=True, why="no next tile: the loop's test exits")
+            self._tile_start()
+            e.place(top)
+            return
         e("add.u32", "C", "C", "dC")
         e("add.s64", "R", "R", "dR")
         e("setp.ge.u32", "carry", "C", "pitch")

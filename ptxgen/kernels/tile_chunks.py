@@ -157,6 +157,20 @@ class TileChunks:
         e("ld.shared.f32", "c_rcp", e.at("ctab", at + 56))
         return done
 
+    def _chunk_worked_out(self, k: int) -> Label:
+        """Chunk k's registers as :meth:`_chunk_range` gives them, worked out by this
+        thread from the parameters instead of read from the table: for a pass that needs
+        no table, so that no barrier stands between the tile's start and its first loads.
+        Returns the label to go to when done with the chunk (not yet placed); it is taken
+        at once where the tile holds nothing of the chunk, c_nvec then 0."""
+        e = self.e
+        self.chunk_wide = self.wide[k]
+        done = e.label(f"CHUNK{k}_DONE")
+        self._compute_chunk(k)
+        e("setp.eq.u32", "pr", "c_nvec", 0)
+        e.bra(done, guard="pr", why="nothing of this chunk here", uniform=True)
+        return done
+
     def _source_of(self, dreg: str, sreg: str, rem: str, stage: str) -> None:
         """%sreg = shared address of chunk byte %dreg (s64); %rem = its column in the chunk."""
         e = self.e

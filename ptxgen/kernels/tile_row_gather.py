@@ -35,17 +35,28 @@ class TileRowGather(TileGatherScatter):
     :class:`~ptxgen.kernels.tile_gather_scatter.TileGatherScatter`).
 
     Uses only what ``FastcatTile`` sets besides what its bases use: the attributes
-    ``tile_bytes`` and ``unroll``, the register ``staging`` (the first staged byte, past
-    the padding), and :meth:`_row_vector` and :meth:`_straddles` of the row side.
+    ``tile_bytes``, ``unroll`` and ``staging_without_table``, the register ``staging``
+    (the first staged byte, past the padding), :meth:`_next_row_state` (the tile's end,
+    ``R1`` and ``C1``), and :meth:`_row_vector` and :meth:`_straddles` of the row side.
     """
 
     tile_bytes: int
+    staging_without_table: bool
 
     def _stage_for_rows(self) -> None:
         """Every chunk vector of this tile into the staging area, chunk after chunk, each
         at 16 * its index from its chunk's start there: whole with cp.async where it lies
         inside the chunk, else (the array's ends) granule by granule. Thread 0 writes each
-        chunk's staging base, offset and width into its table entry for the gather."""
+        chunk's staging base, offset and width into its table entry for the gather.
+
+        Where ``staging_without_table`` (granules under 16 bytes), each thread works out
+        chunk k's range itself, just before staging it, where kernels at a 16-byte granule
+        read it from a table warp 0 fills: the table's barrier held every CTA's first load
+        back until warp 0 had placed every chunk, which cost about a microsecond a launch
+        (the first wave and the tail). The lab's form of this change took the concats
+        where a tile runs from 0.977-0.979 of the flat copy to 0.987-0.990 on an H100
+        (lab/README.md). The gather's part of each entry is still written here, before
+        the barrier below."""
         e, B, g = self.e, self.block_size, self.granule
         kind = _ACCESS[g][0]
         e.reg("u32", "j", "st_off", "st_addr", "c_base", "rg_base")
@@ -56,7 +67,13 @@ class TileRowGather(TileGatherScatter):
         e("mov.u32", "st_off", "staging", why="chunk k's vectors follow chunk k-1's")
         e("mov.u32", "c_base", 0, why="the vectors dealt out so far")
         for k in range(self.chunks):
-            done = self._chunk_range(k)
+            if self.staging_without_table:
+                # (R1, C1), the tile's end, again a chunk: carried from the first chunk to
+                # the last, they spilled at 48 registers, and they are five instructions
+                self._next_row_state()
+                done = self._chunk_worked_out(k)
+            else:
+                done = self._chunk_range(k)
             loop, nxt, whole = e.label(f"R{k}_LOOP"), e.label(f"R{k}_NEXT"), e.label(f"R{k}_WHOLE")
             self._first_vector("j")
             e.place(loop)
@@ -153,8 +170,9 @@ class TileRowGather(TileGatherScatter):
             e("mad.lo.u32", "rg_second", "rg_nrow", "rg_nw", "rg_nbase", why="the next piece's first byte")
             e("sub.u32", "rg_second", "rg_second", "rg_left", why="... less the first piece's bytes")
             e("setp.lt.u32", "rg_two", "rg_left", 16)
-            # One piece: its second window is read at the chunk table's first bytes, one
-            # broadcast for every such thread of the warp, where reading its first window
+            # One piece: its second window is read at the chunk table's first bytes (below
+            # a 16-byte granule never written: the value is unused), one broadcast for
+            # every such thread of the warp, where reading its first window
             # again put 43 shared wavefronts on a warp's vector (4-way conflicted) and held
             # the shared-memory pipe 90% busy (Nsight Compute, lab/README.md). Most vectors
             # of a wide chunk lie in one piece; the merge takes none of those words.

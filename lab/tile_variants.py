@@ -452,6 +452,34 @@ def run_case(
     return entry
 
 
+def pieces_cases(args: argparse.Namespace) -> list[Any]:
+    """``--sweep N --pieces LO-HI``: N shapes drawn as the benchmark's sweep draws them
+    (its dtypes, widths and sizes, each shape a split and a concat) but with LO to HI
+    pieces, for kernels whose cost grows with the piece count (up to MAX_CHUNKS = 32 in
+    one tile kernel) where the sweep's 2-6 pieces do not reach."""
+    import random
+
+    from bench_cases import SWEEP_BYTES, SWEEP_DTYPES, SWEEP_WIDTHS, Case, DTYPE_SIZES
+
+    lo, hi = args.pieces
+    rng = random.Random(args.seed)
+    cases = []
+    for i in range(args.sweep):
+        dtype = SWEEP_DTYPES[i % len(SWEEP_DTYPES)]
+        sizes = tuple(rng.randint(*SWEEP_WIDTHS) for _ in range(rng.randint(lo, hi)))
+        rows = -(-rng.randint(*SWEEP_BYTES) // (sum(sizes) * DTYPE_SIZES[dtype]))
+        cases += [Case(op, rows, sizes, dtype, None, "sweep") for op in ("split", "concat")]
+    return cases
+
+
+def _piece_range(text: str) -> tuple[int, int]:
+    lo, _, hi = text.partition("-")
+    lo_n, hi_n = int(lo), int(hi or lo)
+    if not 1 <= lo_n <= hi_n:
+        raise argparse.ArgumentTypeError(f"--pieces {text!r}: want LO-HI with 1 <= LO <= HI")
+    return lo_n, hi_n
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from bench_ops import Bench
@@ -471,7 +499,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.sweep:
         from bench_cases import sweep_cases
 
-        for c in sweep_cases(args.sweep, args.seed):
+        drawn = sweep_cases(args.sweep, args.seed) if args.pieces is None else pieces_cases(args)
+        for c in drawn:
             op = "backward" if c.op == "split" else "forward"
             plan = runtime.ops.plan_for(op, c.dtype, c.rows, c.sizes)
             tile = any(getattr(s.kernel, "info", {}).get("family") == "tile" for s in plan.steps)
@@ -506,6 +535,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base", type=Path, help="an earlier fastcat_tile.py, timed as variant 'base'")
     p.add_argument("--sweep", type=int, default=0, help="also the sweep's shapes where a tile runs")
     p.add_argument("--seed", type=int, default=20261201)
+    p.add_argument("--pieces", type=_piece_range, help="with --sweep: LO-HI pieces a shape (default: the sweep's)")
     p.add_argument("--variants", default="", help="comma-separated variant names (default: all)")
     p.add_argument("--ops", default="split,concat", help="comma-separated: split, concat (default both)")
     p.add_argument("-o", "--output", type=Path, default=OUT)

@@ -459,7 +459,7 @@ def pieces_cases(args: argparse.Namespace) -> list[Any]:
     one tile kernel) where the sweep's 2-6 pieces do not reach."""
     import random
 
-    from bench_cases import SWEEP_BYTES, SWEEP_DTYPES, SWEEP_WIDTHS, Case, DTYPE_SIZES
+    from bench_cases import DTYPE_SIZES, SWEEP_BYTES, SWEEP_DTYPES, SWEEP_WIDTHS, Case
 
     lo, hi = args.pieces
     rng = random.Random(args.seed)
@@ -535,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base", type=Path, help="an earlier fastcat_tile.py, timed as variant 'base'")
     p.add_argument("--sweep", type=int, default=0, help="also the sweep's shapes where a tile runs")
     p.add_argument("--seed", type=int, default=20261201)
-    p.add_argument("--pieces", type=_piece_range, help="with --sweep: LO-HI pieces a shape (default: the sweep's)")
+    p.add_argument("--pieces", type=_piece_range, help="with --sweep: LO-HI pieces a shape (default 2-6)")
     p.add_argument("--variants", default="", help="comma-separated variant names (default: all)")
     p.add_argument("--ops", default="split,concat", help="comma-separated: split, concat (default both)")
     p.add_argument("-o", "--output", type=Path, default=OUT)

@@ -38,10 +38,15 @@ SHAPES = [
     ("float64", 12139, (254, 230, 39, 283, 215)),
 ]
 CANDIDATES = [tile_variants.LAST_TILE_NO_END_BAR, tile_variants.NO_TABLE]  # real copies
-VARIANTS = ["planned", "identity", *tile_variants.ABLATIONS, *CANDIDATES]
+# The ablations and the candidates are of WITH_TABLE (tree 778b8eaa's row gather, the
+# table at every granule): ID_TABLE is their identity. planned and identity are the
+# product's, without the table below 16-byte granules (every shape here is below).
+TABLE, ID_TABLE = tile_variants.WITH_TABLE, tile_variants.ID_TABLE
+VARIANTS = ["planned", "identity", TABLE, ID_TABLE, *tile_variants.ABLATIONS, *CANDIDATES]
 # bar.sync a tile, tile loop only: A (chunk table), B (staged), C (end of the tile).
-BARRIERS = {"planned": 3, "identity": 3, "id_no_staged_bar": 2, "id_no_end_bar": 2, "id_no_table": 2,
-            "id_bare": 0, "id_direct": 0, "pl_last_no_end_bar": 3, "pl_no_table": 2}  # fmt: skip
+BARRIERS = {"planned": 2, "identity": 2, TABLE: 3, ID_TABLE: 3, "id_no_staged_bar": 2,
+            "id_no_end_bar": 2, "id_no_table": 2, "id_bare": 0, "id_direct": 0,
+            "pl_last_no_end_bar": 3, "pl_no_table": 2}  # fmt: skip
 WHY = {"table": "the chunk table is in shared memory", "staged_bar": "and everyone's",
        "end_bar": "before it is refilled"}  # fmt: skip
 
@@ -101,13 +106,13 @@ def test_assembles_at_the_planned_registers_without_spilling(assembled, name, sh
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}-{len(s[2])}")
-@pytest.mark.parametrize("name", [n for n in VARIANTS if n not in ("planned", *CANDIDATES)])
+@pytest.mark.parametrize("name", [ID_TABLE, *tile_variants.ABLATIONS])
 def test_each_variant_removes_what_it_says(assembled, name, shape):
     kernel, _ = assembled[name, shape]
-    ident, _ = assembled["identity", shape]
+    ident, _ = assembled[ID_TABLE, shape]
     src, base = kernel.source, ident.source
     assert _count(r"\bbar\.sync\b", src) == BARRIERS[name]
-    assert _count(r"\bbar\.sync\b", assembled["planned", shape][0].source) == 3
+    assert _count(r"\bbar\.sync\b", assembled[TABLE, shape][0].source) == 3
     removed = tile_variants.ABLATIONS.get(name, frozenset())
     table_fill = r"st\.shared\.v2\.s64"  # the first store of a chunk's entry
     if "staging" in removed:  # no shared memory, no cp.async: global loads and stores
@@ -137,10 +142,10 @@ def test_each_variant_removes_what_it_says(assembled, name, shape):
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}-{len(s[2])}")
 def test_last_tile_variant_moves_only_the_end_barrier(assembled, shape):
-    """``pl_last_no_end_bar`` is the planned PTX with barrier C moved past ``_advance``,
+    """``pl_last_no_end_bar`` is WITH_TABLE's PTX with barrier C moved past ``_advance``,
     behind a uniform branch to the exit where the CTA has no next tile."""
     src = assembled[tile_variants.LAST_TILE_NO_END_BAR, shape][0].source.splitlines()
-    planned = assembled["planned", shape][0].source.splitlines()
+    planned = assembled[TABLE, shape][0].source.splitlines()
     c = next(i for i, line in enumerate(planned) if "before it is refilled" in line)
     moved = next(i for i, line in enumerate(src) if "before it is refilled" in line)
     assert src[:c] == planned[:c]
@@ -212,8 +217,8 @@ def _simulate(name: str, case: tuple, grid: int | None) -> tuple[dict, set, set,
 @pytest.mark.parametrize("grid", [None, 2], ids=["tile-a-cta", "grid-stride"])
 @pytest.mark.parametrize("case", SIM_CASES, ids=lambda c: f"{len(c[1])}x{c[1][0]}")
 def test_stays_inside_the_footprints_and_writes_identitys_vectors(case, grid):
-    spans, id_reads, id_writes, _ = _simulate("identity", case, grid)
-    _, _, planned_writes, _ = _simulate("planned", case, grid)
+    spans, id_reads, id_writes, _ = _simulate(ID_TABLE, case, grid)
+    _, _, planned_writes, _ = _simulate(TABLE, case, grid)
     row_lo, row_hi = spans["row_ptr"]
     pieces = [span for arg, span in spans.items() if arg != "row_ptr"]
     # identity writes the whole row vectors the planned kernel writes, not the vectors
@@ -234,7 +239,7 @@ def test_stays_inside_the_footprints_and_writes_identitys_vectors(case, grid):
 
 @pytest.mark.parametrize("grid", [None, 2], ids=["tile-a-cta", "grid-stride"])
 @pytest.mark.parametrize("case", SIM_CASES, ids=lambda c: f"{len(c[1])}x{c[1][0]}")
-@pytest.mark.parametrize("name", CANDIDATES)
+@pytest.mark.parametrize("name", [*CANDIDATES, TABLE])
 def test_candidates_are_the_planned_copy(case, grid, name):
     """The candidates for the product must copy: the same reads, writes and row bytes as
     the planned kernel, on one CTA a tile and on a grid where each CTA walks several tiles

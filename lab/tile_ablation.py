@@ -52,6 +52,12 @@ LAST_TILE_NO_END_BAR = "pl_last_no_end_bar"
 # written by thread 0 during the staging and made visible by barrier B). On an H100,
 # ``id_no_table`` stood 1.1 points of the flat copy above ``identity`` on three sweeps.
 NO_TABLE = "pl_no_table"
+# The planned kernel with its chunk table at every granule: tree 778b8eaa's row gather,
+# PTX for PTX (ptx_identity.py), which the product leaves below 16-byte granules for up to
+# TABLE_FREE_CHUNKS chunks (tree b627b501). The ablations and both candidates are of this
+# kernel, the structure they took apart; ``--variants planned,pl_table`` times the landed
+# staging against it in one run, without a patch.
+WITH_TABLE = "pl_table"
 
 
 def ablation_tile(removed: frozenset[str], identity: Any) -> Any:
@@ -147,19 +153,27 @@ def ablation_tile(removed: frozenset[str], identity: Any) -> Any:
     return AblationTile
 
 
-def no_table() -> Any:
-    """``FastcatTile`` without the chunk table's staging part and barrier A (``NO_TABLE``)."""
+def with_table_tile() -> Any:
+    """``FastcatTile`` whose row gather always fills the chunk table (``WITH_TABLE``)."""
     from ptxgen.kernels.fastcat_tile import FastcatTile
 
-    return ablation_tile(frozenset({"table"}), FastcatTile)
+    class WithTableTile(FastcatTile):
+        @property
+        def staging_without_table(self) -> bool:
+            return False
+
+    return WithTableTile
+
+
+def no_table() -> Any:
+    """``WITH_TABLE`` without the chunk table's staging part and barrier A (``NO_TABLE``)."""
+    return ablation_tile(frozenset({"table"}), with_table_tile())
 
 
 def last_tile_no_end_bar() -> Any:
-    """``FastcatTile`` whose end-of-tile barrier (C) is written after ``_advance``, behind a
+    """``WITH_TABLE`` whose end-of-tile barrier (C) is written after ``_advance``, behind a
     branch to the exit taken where the CTA has no next tile (``LAST_TILE_NO_END_BAR``)."""
-    from ptxgen.kernels.fastcat_tile import FastcatTile
-
-    base = ablation_tile(frozenset({"end_bar"}), FastcatTile)
+    base = ablation_tile(frozenset({"end_bar"}), with_table_tile())
 
     class LastTileNoEndBar(base):  # type: ignore[misc, valid-type]
         def _advance(self) -> None:

@@ -33,9 +33,11 @@ from tile_ablation import (  # noqa: E402
     ABLATIONS,
     LAST_TILE_NO_END_BAR,
     NO_TABLE,
+    WITH_TABLE,
     ablation_tile,
     last_tile_no_end_bar,
     no_table,
+    with_table_tile,
 )
 
 OUT = ROOT / "lab" / "data" / "tile-variants.json"
@@ -343,6 +345,8 @@ STRUCTURE = {
     "id_u4": ({"unroll": 4}, True, None),
     "id_b128_r12": ({"block": 128}, True, 12),  # more in flight: 12 x 16 KB (40 registers)
 }
+# identity over WITH_TABLE: the structure the ablations take apart (tile_ablation.py)
+ID_TABLE = "id_table"
 FORWARD_ONLY += [(name, change, None) for name, (change, _, _) in STRUCTURE.items()]
 
 
@@ -370,7 +374,8 @@ def identity_tile(base: Any = None) -> Any:
 
 
 # the structure taken apart (tile_ablation.py)
-FORWARD_ONLY += [(name, {}, None) for name in [*ABLATIONS, LAST_TILE_NO_END_BAR, NO_TABLE]]
+STRUCTURE_APART = [*ABLATIONS, LAST_TILE_NO_END_BAR, NO_TABLE, WITH_TABLE, ID_TABLE]
+FORWARD_ONLY += [(name, {}, None) for name in STRUCTURE_APART]
 
 
 def base_factory(path: Path) -> Any:
@@ -407,7 +412,11 @@ def stand_in(name: str, base: Any = None) -> Any:
         made = resident_tile(ctas) if ctas else FastcatTile
         return identity_tile(made) if identity else made
     if name in ABLATIONS:
-        return ablation_tile(ABLATIONS[name], identity_tile())
+        return ablation_tile(ABLATIONS[name], identity_tile(with_table_tile()))
+    if name == WITH_TABLE:
+        return with_table_tile()
+    if name == ID_TABLE:
+        return identity_tile(with_table_tile())
     if name == LAST_TILE_NO_END_BAR:
         return last_tile_no_end_bar()
     if name == NO_TABLE:

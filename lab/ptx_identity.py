@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Which tree's row-gather tile kernels does a patched tree emit? (CPU; no GPU needed.)
+
+    python lab/ptx_identity.py dump ROOT OUT.json      # every row-gather tile kernel's PTX
+    python lab/ptx_identity.py check NEW.json LANDED.json TABLE.json
+
+``dump`` builds the forward row-gather tile kernel (cp.async, whole rows) of ROOT's ptxgen
+for granules 1-16, 2-32 chunks, unroll 1-8, blocks 64-512 and three width patterns, and
+writes each one's PTX. ``check`` says whether each of NEW's kernels is, text for text,
+LANDED's where it stages without the table (granule under 16, at most TABLE_FREE_CHUNKS
+chunks) and TABLE's elsewhere: a patch that only moves that line runs kernels that the
+GPU suite and the records of the two trees already ran.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import json
+import random
+import sys
+from pathlib import Path
+
+TABLE_FREE_CHUNKS = 5
+
+
+def dump(root: Path, out: Path) -> None:
+    sys.path.insert(0, str(root.resolve()))
+    from ptxgen.kernels.fastcat_tile import FastcatTile
+
+    rng = random.Random(1)
+    sources = {}
+    for g, n, unroll, block in itertools.product(
+        (1, 2, 4, 8, 16), (2, 3, 5, 6, 7, 12, 32), (1, 2, 4, 8), (64, 128, 256, 512)
+    ):
+        widths = [g * rng.randint(1, 300) for _ in range(n)]
+        for wide in (tuple(w >= 16 for w in widths), True, False):
+            key = str((g, n, unroll, block, wide))
+            try:
+                kernel = FastcatTile(direction="forward", chunks=n, granule=g, whole_rows=True, unroll=unroll,
+                                     block=block, loader="cp.async", wide_chunks=wide, row_gather=True,
+                                     target="sm_90")  # fmt: skip
+            except (ValueError, TypeError) as exc:  # a combination the kernel refuses
+                sources[key] = f"refused: {type(exc).__name__}"
+                continue
+            sources[key] = kernel.source
+    out.write_text(json.dumps(sources))
+
+
+def check(new: dict, landed: dict, table: dict) -> int:
+    built = mismatched = 0
+    for key, source in new.items():
+        g, n, *_ = ast.literal_eval(key)
+        if source.startswith("refused"):
+            continue
+        built += 1
+        want = landed if g < 16 and n <= TABLE_FREE_CHUNKS else table
+        if source != want[key]:
+            mismatched += 1
+            print("differs:", key)
+    print(f"{built} kernels built, {mismatched} differ from the tree they should match")
+    return 1 if mismatched else 0
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["dump"] and len(argv) == 3:
+        dump(Path(argv[1]), Path(argv[2]))
+        return 0
+    if argv[:1] == ["check"] and len(argv) == 4:
+        return check(*(json.loads(Path(p).read_text()) for p in argv[1:]))
+    print(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -7,9 +7,10 @@
 ``dump`` builds the forward row-gather tile kernel (cp.async, whole rows) of ROOT's ptxgen
 for granules 1-16, 2-32 chunks, unroll 1-8, blocks 64-512 and three width patterns, and
 writes each one's PTX. ``check`` says whether each of NEW's kernels is, text for text,
-LANDED's where it stages without the table (granule under 16, at most TABLE_FREE_CHUNKS
-chunks) and TABLE's elsewhere: a patch that only moves that line runs kernels that the
-GPU suite and the records of the two trees already ran.
+LANDED's where it stages without the table (granule under 16, at most NEW's
+``TABLE_FREE_CHUNKS`` chunks, all 32 where it has none) and TABLE's elsewhere: a patch
+that only moves that line runs kernels that the GPU suite and the records of the two
+trees already ran.
 """
 
 from __future__ import annotations
@@ -21,11 +22,10 @@ import random
 import sys
 from pathlib import Path
 
-TABLE_FREE_CHUNKS = 5
-
 
 def dump(root: Path, out: Path) -> None:
     sys.path.insert(0, str(root.resolve()))
+    from ptxgen.kernels import fastcat_tile
     from ptxgen.kernels.fastcat_tile import FastcatTile
 
     rng = random.Random(1)
@@ -44,17 +44,20 @@ def dump(root: Path, out: Path) -> None:
                 sources[key] = f"refused: {type(exc).__name__}"
                 continue
             sources[key] = kernel.source
-    out.write_text(json.dumps(sources))
+    limit = getattr(fastcat_tile, "TABLE_FREE_CHUNKS", fastcat_tile.MAX_CHUNKS)
+    out.write_text(json.dumps({"table_free_chunks": limit, "sources": sources}))
 
 
 def check(new: dict, landed: dict, table: dict) -> int:
     built = mismatched = 0
-    for key, source in new.items():
+    limit = new["table_free_chunks"]
+    landed, table = landed["sources"], table["sources"]
+    for key, source in new["sources"].items():
         g, n, *_ = ast.literal_eval(key)
         if source.startswith("refused"):
             continue
         built += 1
-        want = landed if g < 16 and n <= TABLE_FREE_CHUNKS else table
+        want = landed if g < 16 and n <= limit else table
         if source != want[key]:
             mismatched += 1
             print("differs:", key)

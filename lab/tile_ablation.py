@@ -110,13 +110,7 @@ def ablation_tile(removed: frozenset[str], identity: Any) -> Any:
         def _chunk_range(self, k: int) -> Any:
             if "table" not in removed:
                 return super()._chunk_range(k)
-            e = self.e
-            self.chunk_wide = self.wide[k]
-            done = e.label(f"CHUNK{k}_DONE")
-            self._compute_chunk(k)  # what the table held, in registers of every thread
-            e("setp.eq.u32", "pr", "c_nvec", 0)
-            e.bra(done, guard="pr", uniform=True, why="nothing of this chunk here")
-            return done
+            return self._chunk_worked_out(k)  # what the table held, in every thread's registers
 
         def _stage_for_rows(self) -> None:
             if "staging" in removed:

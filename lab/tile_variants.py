@@ -462,23 +462,18 @@ def run_case(
 
 
 def pieces_cases(args: argparse.Namespace) -> list[Any]:
-    """``--sweep N --pieces LO-HI``: N shapes drawn as the benchmark's sweep draws them
-    (its dtypes, widths and sizes, each shape a split and a concat) but with LO to HI
-    pieces, for kernels whose cost grows with the piece count (up to MAX_CHUNKS = 32 in
-    one tile kernel) where the sweep's 2-6 pieces do not reach."""
-    import random
+    """``--sweep N --pieces LO-HI``: the benchmark's sweep (``bench_cases.sweep_cases``, its
+    dtypes, widths and sizes) with LO to HI pieces a shape, for kernels whose cost grows
+    with the piece count (up to MAX_CHUNKS = 32 in one tile kernel) where the sweep's 2-6
+    pieces do not reach."""
+    import bench_cases
 
-    from bench_cases import DTYPE_SIZES, SWEEP_BYTES, SWEEP_DTYPES, SWEEP_WIDTHS, Case
-
-    lo, hi = args.pieces
-    rng = random.Random(args.seed)
-    cases = []
-    for i in range(args.sweep):
-        dtype = SWEEP_DTYPES[i % len(SWEEP_DTYPES)]
-        sizes = tuple(rng.randint(*SWEEP_WIDTHS) for _ in range(rng.randint(lo, hi)))
-        rows = -(-rng.randint(*SWEEP_BYTES) // (sum(sizes) * DTYPE_SIZES[dtype]))
-        cases += [Case(op, rows, sizes, dtype, None, "sweep") for op in ("split", "concat")]
-    return cases
+    kept = bench_cases.SWEEP_PIECES
+    bench_cases.SWEEP_PIECES = args.pieces  # read at each draw
+    try:
+        return bench_cases.sweep_cases(args.sweep, args.seed)
+    finally:
+        bench_cases.SWEEP_PIECES = kept
 
 
 def _piece_range(text: str) -> tuple[int, int]:

@@ -24,6 +24,7 @@ from ptxgen.dtypes import resolve_dtype
 from ptxgen.kernels import fastcat_tile
 from ptxgen.kernels import plan as planner
 from ptxgen.kernels.fastcat import GpuTraits
+from ptxgen.kernels.fastcat_tile import TABLE_FREE_CHUNKS
 from ptxgen.kernels.tile_options import wide_chunks_option
 
 # The H200 the study runs on, as the planner sees it: 132 SMs, 4.8 TB/s (32 KB tiles).
@@ -40,11 +41,12 @@ SHAPES = [
 CANDIDATES = [tile_variants.LAST_TILE_NO_END_BAR, tile_variants.NO_TABLE]  # real copies
 # The ablations and the candidates are of WITH_TABLE (tree 778b8eaa's row gather, the
 # table at every granule): ID_TABLE is their identity. planned and identity are the
-# product's, without the table below 16-byte granules (every shape here is below).
-TABLE, ID_TABLE = tile_variants.WITH_TABLE, tile_variants.ID_TABLE
-VARIANTS = ["planned", "identity", TABLE, ID_TABLE, *tile_variants.ABLATIONS, *CANDIDATES]
+# product's, without the table below 16-byte granules (every shape here is below) up to
+# TABLE_FREE_CHUNKS chunks; FREE (tree b627b501's) without it at any chunk count.
+TABLE, ID_TABLE, FREE = tile_variants.WITH_TABLE, tile_variants.ID_TABLE, tile_variants.TABLE_FREE
+VARIANTS = ["planned", "identity", TABLE, ID_TABLE, FREE, *tile_variants.ABLATIONS, *CANDIDATES]
 # bar.sync a tile, tile loop only: A (chunk table), B (staged), C (end of the tile).
-BARRIERS = {"planned": 2, "identity": 2, TABLE: 3, ID_TABLE: 3, "id_no_staged_bar": 2,
+BARRIERS = {"planned": 2, "identity": 2, TABLE: 3, ID_TABLE: 3, FREE: 2, "id_no_staged_bar": 2,
             "id_no_end_bar": 2, "id_no_table": 2, "id_bare": 0, "id_direct": 0,
             "pl_last_no_end_bar": 3, "pl_no_table": 2}  # fmt: skip
 WHY = {"table": "the chunk table is in shared memory", "staged_bar": "and everyone's",
@@ -102,7 +104,8 @@ def test_assembles_at_the_planned_registers_without_spilling(assembled, name, sh
         return
     assert res.stack_bytes == res.spill_store_bytes == res.spill_load_bytes == 0, res
     assert kernel.block_size == 256 and ".minnctapersm 5" in kernel.source
-    assert _count(r"\bbar\.sync\b", kernel.source) == BARRIERS[name]
+    table_back = name in ("planned", "identity") and kernel.chunks > TABLE_FREE_CHUNKS
+    assert _count(r"\bbar\.sync\b", kernel.source) == BARRIERS[name] + table_back
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}-{len(s[2])}")
@@ -154,6 +157,18 @@ def test_last_tile_variant_moves_only_the_end_barrier(assembled, shape):
     assert re.search(r"setp\.ge\.u32\s+%pr, %tile, %n_tiles", src[c + 6])
     assert re.search(r"bra\.uni\s+\$?EXIT", src[c + 7]) and moved == c + 8
     assert src[c + 9 :] == planned[c + 7 :]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}-{len(s[2])}")
+def test_table_free_is_the_planned_kernel_up_to_table_free_chunks(assembled, shape):
+    """``pl_free`` is the product's kernel, PTX for PTX, up to TABLE_FREE_CHUNKS chunks;
+    past them it is the product's without the table fill and its barrier."""
+    free, planned = assembled[FREE, shape][0].source, assembled["planned", shape][0].source
+    if len(shape[2]) <= TABLE_FREE_CHUNKS:
+        assert free == planned
+    else:
+        assert _count(r"st\.shared\.v2\.s64", planned) == 1 and not _count(r"st\.shared\.v2\.s64", free)
+        assert _count(r"\bbar\.sync\b", planned) == 3 and _count(r"\bbar\.sync\b", free) == 2
 
 
 def test_refuses_what_is_not_the_row_gather():
@@ -239,7 +254,7 @@ def test_stays_inside_the_footprints_and_writes_identitys_vectors(case, grid):
 
 @pytest.mark.parametrize("grid", [None, 2], ids=["tile-a-cta", "grid-stride"])
 @pytest.mark.parametrize("case", SIM_CASES, ids=lambda c: f"{len(c[1])}x{c[1][0]}")
-@pytest.mark.parametrize("name", [*CANDIDATES, TABLE])
+@pytest.mark.parametrize("name", [*CANDIDATES, TABLE, FREE])
 def test_candidates_are_the_planned_copy(case, grid, name):
     """The candidates for the product must copy: the same reads, writes and row bytes as
     the planned kernel, on one CTA a tile and on a grid where each CTA walks several tiles

@@ -58,6 +58,10 @@ NO_TABLE = "pl_no_table"
 # kernel, the structure they took apart; ``--variants planned,pl_table`` times the landed
 # staging against it in one run, without a patch.
 WITH_TABLE = "pl_table"
+# The planned kernel without its chunk table below 16-byte granules at every chunk count:
+# tree b627b501's row gather, PTX for PTX, which the product keeps to TABLE_FREE_CHUNKS
+# chunks; ``--pieces 6-32 --variants planned,pl_free`` times the table past that against it.
+TABLE_FREE = "pl_free"
 
 
 def ablation_tile(removed: frozenset[str], identity: Any) -> Any:
@@ -157,6 +161,19 @@ def with_table_tile() -> Any:
             return False
 
     return WithTableTile
+
+
+def table_free_tile() -> Any:
+    """``FastcatTile`` whose row gather stages without the table below 16-byte granules
+    whatever its chunk count (``TABLE_FREE``)."""
+    from ptxgen.kernels.fastcat_tile import FastcatTile
+
+    class TableFreeTile(FastcatTile):
+        @property
+        def staging_without_table(self) -> bool:
+            return self.row_gather and self.granule < 16
+
+    return TableFreeTile
 
 
 def no_table() -> Any:

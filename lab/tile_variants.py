@@ -33,10 +33,12 @@ from tile_ablation import (  # noqa: E402
     ABLATIONS,
     LAST_TILE_NO_END_BAR,
     NO_TABLE,
+    TABLE_FREE,
     WITH_TABLE,
     ablation_tile,
     last_tile_no_end_bar,
     no_table,
+    table_free_tile,
     with_table_tile,
 )
 
@@ -374,7 +376,7 @@ def identity_tile(base: Any = None) -> Any:
 
 
 # the structure taken apart (tile_ablation.py)
-STRUCTURE_APART = [*ABLATIONS, LAST_TILE_NO_END_BAR, NO_TABLE, WITH_TABLE, ID_TABLE]
+STRUCTURE_APART = [*ABLATIONS, LAST_TILE_NO_END_BAR, NO_TABLE, WITH_TABLE, ID_TABLE, TABLE_FREE]
 FORWARD_ONLY += [(name, {}, None) for name in STRUCTURE_APART]
 
 
@@ -415,6 +417,8 @@ def stand_in(name: str, base: Any = None) -> Any:
         return ablation_tile(ABLATIONS[name], identity_tile(with_table_tile()))
     if name == WITH_TABLE:
         return with_table_tile()
+    if name == TABLE_FREE:
+        return table_free_tile()
     if name == ID_TABLE:
         return identity_tile(with_table_tile())
     if name == LAST_TILE_NO_END_BAR:
@@ -468,12 +472,7 @@ def pieces_cases(args: argparse.Namespace) -> list[Any]:
     pieces do not reach."""
     import bench_cases
 
-    kept = bench_cases.SWEEP_PIECES
-    bench_cases.SWEEP_PIECES = args.pieces  # read at each draw
-    try:
-        return bench_cases.sweep_cases(args.sweep, args.seed)
-    finally:
-        bench_cases.SWEEP_PIECES = kept
+    return bench_cases.sweep_cases(args.sweep, args.seed, pieces=args.pieces)
 
 
 def _piece_range(text: str) -> tuple[int, int]:

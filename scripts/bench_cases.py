@@ -263,14 +263,15 @@ SWEEP_WIDTHS = (1, 300)  # elements per piece, inclusive
 SWEEP_BYTES = (64 << 20, 192 << 20)  # bytes of the wide array
 
 
-def sweep_cases(count: int, seed: int) -> list[Case]:
+def sweep_cases(count: int, seed: int, pieces: tuple[int, int] = SWEEP_PIECES) -> list[Case]:
     """``count`` random shapes, each as a split and a concat (group ``sweep``), drawn
-    from ``seed`` alone: the same seed gives the same cases on any machine."""
+    from ``seed`` alone: the same seed gives the same cases on any machine. ``pieces``
+    (inclusive) is the benchmark's 2-6 unless a study asks for others."""
     rng = random.Random(seed)
     cases = []
     for i in range(count):
         dtype = SWEEP_DTYPES[i % len(SWEEP_DTYPES)]
-        sizes = tuple(rng.randint(*SWEEP_WIDTHS) for _ in range(rng.randint(*SWEEP_PIECES)))
+        sizes = tuple(rng.randint(*SWEEP_WIDTHS) for _ in range(rng.randint(*pieces)))
         row_bytes = sum(sizes) * DTYPE_SIZES[dtype]
         rows = -(-rng.randint(*SWEEP_BYTES) // row_bytes)
         cases += [Case(op, rows, sizes, dtype, None, "sweep") for op in ("split", "concat")]

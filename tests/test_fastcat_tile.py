@@ -27,6 +27,7 @@ from ptxgen import toolchain
 from ptxgen.footprint import FootprintError
 from ptxgen.kernels import FastcatTile
 from ptxgen.kernels.fastcat import access_width
+from ptxgen.kernels.fastcat_tile import TABLE_FREE_CHUNKS
 
 TARGETS = ("sm_75", "sm_80", "sm_90")
 
@@ -435,9 +436,10 @@ def test_the_interpreter_answers_each_warp_at_one_vote():
 
 @pytest.mark.parametrize("granule", [1, 2, 4, 8, 16])
 def test_row_gather_stages_without_the_table_below_16_byte_granules(granule):
-    """Below a 16-byte granule the row gather's staging starts at once: no table filled by
-    warp 0, no barrier before the first cp.async, two barriers a tile; at 16 bytes it keeps
-    the table (the whole-vector windows leave no registers for the ranges)."""
+    """Below a 16-byte granule, up to TABLE_FREE_CHUNKS chunks, the row gather's staging
+    starts at once: no table filled by warp 0, no barrier before the first cp.async, two
+    barriers a tile; at 16 bytes it keeps the table (the whole-vector windows leave no
+    registers for the ranges), and past that many chunks (each costs every thread)."""
     kw = dict(direction="forward", chunks=3, granule=granule, whole_rows=True, unroll=8, block=256,
               loader="cp.async", wide_chunks=True, row_gather=True, target="sm_90")  # fmt: skip
     kernel = FastcatTile(**kw)
@@ -457,3 +459,7 @@ def test_row_gather_stages_without_the_table_below_16_byte_granules(granule):
     gather = loop.index("ld.shared.v4.u32")
     assert len(bases) == kw["chunks"] and max(bases) < loop.rindex("bar.sync", 0, gather)
     assert not FastcatTile(**{**kw, "row_gather": False, "unroll": 4}).staging_without_table
+    # past TABLE_FREE_CHUNKS the table is back: each chunk's range costs every thread
+    many = FastcatTile(**{**kw, "chunks": TABLE_FREE_CHUNKS + 1})
+    assert not many.staging_without_table
+    assert FastcatTile(**{**kw, "chunks": TABLE_FREE_CHUNKS}).staging_without_table == without

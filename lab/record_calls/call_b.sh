@@ -73,13 +73,14 @@ study() {
 # it short)
 [ "${ABLATION:-0}" = 1 ] && STUDY_TIMEOUT=200 study tile-ablation \
     planned,identity,id_no_staged_bar,id_no_end_bar,id_no_table,id_bare,id_direct,id_u4,pl_last_no_end_bar 20261301
-# the row gather's staging without the table (the product below 16-byte granules, up to
-# 32 chunks) against pl_table (the table at every granule) on concats of 7-32 pieces, where
-# the per-chunk cost grows (lab/chunk_cost.py); MANY_PIECES=1 runs it (not yet timed)
+# the row gather's staging without the table at every chunk count (pl_free, tree
+# b627b501's kernels) against the product, which keeps the table past TABLE_FREE_CHUNKS
+# (5), on concats of 6-32 pieces, where the per-chunk cost grows (lab/chunk_cost.py);
+# MANY_PIECES=1 runs it (two sweeps of 32 shapes)
 if [ "${MANY_PIECES:-0}" = 1 ]; then
     for s in 20261307 20261308; do
-        (cd lab && timeout 150 python3 tile_variants.py --sweep 32 --seed "$s" --pieces 7-32 --ops concat \
-            --variants planned,pl_table -o "/tmp/logs/many-pieces-$s.json" > "/tmp/logs/many-pieces-$s.log" 2>&1)
+        (cd lab && timeout 150 python3 tile_variants.py --sweep 32 --seed "$s" --pieces 6-32 --ops concat \
+            --variants planned,pl_free -o "/tmp/logs/many-pieces-$s.json" > "/tmp/logs/many-pieces-$s.log" 2>&1)
         echo "many-pieces $s rc $?"; grep -E "^[a-z0-9_]+ concat( [a-z0-9]+)?:" "/tmp/logs/many-pieces-$s.log"
     done
 fi

@@ -56,11 +56,17 @@ from .tile_options import (
 from .tile_row_gather import ROW_GATHER_PAD, TileRowGather
 from .tile_rows import TileRows
 
-__all__ = ["LOADERS", "MAX_CHUNKS", "FastcatTile", "wide_chunks_option"]
+__all__ = ["LOADERS", "MAX_CHUNKS", "TABLE_FREE_CHUNKS", "FastcatTile", "wide_chunks_option"]
 
 # Chunks per launch: each costs 16 bytes of parameters and one unrolled copy of the
 # per-chunk code; 32 keeps the kernel under ~4K SASS instructions.
 MAX_CHUNKS = 32
+# The most chunks whose ranges the row gather's staging works out in every thread rather
+# than reading them from the table (staging_without_table): each chunk costs a thread about
+# 30 more instructions a tile (lab/chunk_cost.py), which the first wave's saved wait pays
+# for only up to here. Measured on an H100 (lab/data/ab-no-table-h100-20261207/): 1-byte
+# concats of six pieces 1.2% slower without the table, of two to five faster.
+TABLE_FREE_CHUNKS = 5
 LOADERS = ("regs", "cp.async", "bulk")
 _U64, _U32 = Scalar("u64"), Scalar("u32")
 _BYTES_IN, _BYTES_OUT = Pointer("u8", writes=False), Pointer("u8")
@@ -223,9 +229,11 @@ class FastcatTile(TileRows, TileRowGather, KernelBase):
     def staging_without_table(self) -> bool:
         """Whether the row gather's staging works out each chunk's range in every thread
         (:meth:`TileRowGather._stage_for_rows`) instead of waiting for warp 0's table: at
-        granules under 16 bytes. At 16 the gather's whole-vector windows leave no room for
-        it at 48 registers (4-36 bytes spilled, against none with the table)."""
-        return self.row_gather and self.granule < 16
+        granules under 16 bytes and up to :data:`TABLE_FREE_CHUNKS` chunks. At 16 the
+        gather's whole-vector windows leave no room for it at 48 registers (4-36 bytes
+        spilled, against none with the table); past that many chunks every thread's share
+        of the ranges costs more than the table's barrier."""
+        return self.row_gather and self.granule < 16 and self.chunks <= TABLE_FREE_CHUNKS
 
     @property
     def _fwd_async(self) -> bool:
@@ -466,23 +474,23 @@ class FastcatTile(TileRows, TileRowGather, KernelBase):
                 self._fill_chunk_table()
                 e("bar.sync", 0, why="the whole tile, and the chunk table, are in shared memory")
                 self._gather_chunks("stage")
-            elif self.staging_without_table:  # no tile image, no table: staging at once
+            elif self.row_gather:  # no tile image: the row vectors straight from staging
+                if not self.staging_without_table:
+                    self._next_row_state()
+                    self._fill_chunk_table()
+                    e("bar.sync", 0, why="the chunk table is in shared memory")
                 self._stage_for_rows()
                 self._gather_rows()
             else:
                 self._next_row_state()
                 self._fill_chunk_table()
                 e("bar.sync", 0, why="the chunk table is in shared memory")
-                if self.row_gather:  # no tile image: the row vectors straight from staging
-                    self._stage_for_rows()
-                    self._gather_rows()
-                elif self.loader == "cp.async":
+                if self.loader == "cp.async":
                     self._scatter_chunks_async("stage")
                 else:
                     self._scatter_chunks("stage")
-                if not self.row_gather:
-                    e("bar.sync", 0, why="every chunk's bytes are in the tile")
-                    self._store_rows("stage")
+                e("bar.sync", 0, why="every chunk's bytes are in the tile")
+                self._store_rows("stage")
             e("bar.sync", 0, why="everyone is done with the tile before it is refilled")
             self._advance()
             e.bra(top)

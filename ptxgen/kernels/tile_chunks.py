@@ -148,8 +148,7 @@ class TileChunks:
         self._param("c_w", f"chunk{k}_width")
         at = _TABLE_ENTRY * k
         e("ld.shared.v2.u32", ["c_nvec", "c_jump"], e.at("ctab", at + 48))
-        e("setp.eq.u32", "pr", "c_nvec", 0)
-        e.bra(done, guard="pr", why="nothing of this chunk here", uniform=True)
+        self._skip_if_empty(done)
         e("ld.shared.v2.s64", ["c_RW", "c_dlo"], e.at("ctab", at))
         e("ld.shared.v2.u64", ["c_vstart", "c_lim"], e.at("ctab", at + 16))
         e("ld.shared.s64", "c_dhi", e.at("ctab", at + 32))
@@ -167,9 +166,15 @@ class TileChunks:
         self.chunk_wide = self.wide[k]
         done = e.label(f"CHUNK{k}_DONE")
         self._compute_chunk(k)
+        self._skip_if_empty(done)
+        return done
+
+    def _skip_if_empty(self, done: Label) -> None:
+        """To ``done`` where the tile holds nothing of the chunk (c_nvec 0): the same
+        in every thread, so the branch is uniform."""
+        e = self.e
         e("setp.eq.u32", "pr", "c_nvec", 0)
         e.bra(done, guard="pr", why="nothing of this chunk here", uniform=True)
-        return done
 
     def _source_of(self, dreg: str, sreg: str, rem: str, stage: str) -> None:
         """%sreg = shared address of chunk byte %dreg (s64); %rem = its column in the chunk."""

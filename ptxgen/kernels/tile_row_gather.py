@@ -49,14 +49,14 @@ class TileRowGather(TileGatherScatter):
         inside the chunk, else (the array's ends) granule by granule. Thread 0 writes each
         chunk's staging base, offset and width into its table entry for the gather.
 
-        Where ``staging_without_table`` (granules under 16 bytes), each thread works out
-        chunk k's range itself, just before staging it, where kernels at a 16-byte granule
-        read it from a table warp 0 fills: the table's barrier held every CTA's first load
-        back until warp 0 had placed every chunk, which cost about a microsecond a launch
-        (the first wave and the tail). The lab's form of this change took the concats
-        where a tile runs from 0.977-0.979 of the flat copy to 0.987-0.990 on an H100
-        (lab/README.md). The gather's part of each entry is still written here, before
-        the barrier below."""
+        Where ``staging_without_table`` (granules under 16 bytes, at most
+        ``TABLE_FREE_CHUNKS`` chunks), each thread works out chunk k's range itself, just
+        before staging it, where other kernels read it from a table warp 0 fills: the
+        table's barrier held every CTA's first load back until warp 0 had placed every
+        chunk, which cost about a microsecond a launch (the first wave and the tail).
+        Without it the concats where a tile runs went from 0.978-0.981 of the flat copy
+        to 0.986-0.990 on an H100 (lab/data/ab-no-table-h100-20261207/). The gather's part
+        of each entry is still written here, before the barrier below."""
         e, B, g = self.e, self.block_size, self.granule
         kind = _ACCESS[g][0]
         e.reg("u32", "j", "st_off", "st_addr", "c_base", "rg_base")

@@ -83,6 +83,9 @@ if [ "${MANY_PIECES:-0}" = 1 ]; then
             --variants planned,pl_free -o "/tmp/logs/many-pieces-$s.json" > "/tmp/logs/many-pieces-$s.log" 2>&1)
         echo "many-pieces $s rc $?"; grep -E "^[a-z0-9_]+ concat( [a-z0-9]+)?:" "/tmp/logs/many-pieces-$s.log"
     done
+    # by granule and piece count: pl_free's speed over planned's (above 1: no table is faster)
+    python3 lab/pair_by_pieces.py --variants planned,pl_free /tmp/logs/many-pieces-*.json \
+        | tee /tmp/logs/many-pieces-table.txt
 fi
 pack
 for f in sanitize launch embed; do [ -f /tmp/logs/$f.log ] && tail -15 /tmp/logs/$f.log; done

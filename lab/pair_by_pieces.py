@@ -31,8 +31,6 @@ sys.path.insert(0, str(ROOT))
 from ptxgen.dtypes import resolve_dtype  # noqa: E402
 from ptxgen.kernels.fastcat import access_width  # noqa: E402
 
-TORCH_NAMES = {"u8": "uint8", "bf16": "bfloat16", "f32": "float32", "f64": "float64"}
-
 
 @dataclass(frozen=True)
 class Cell:
@@ -49,7 +47,7 @@ class Cell:
 def granule_of(dtype: str, sizes: tuple[int, ...]) -> int:
     """The narrowest access among the pieces, as the planner works it out for arrays
     whose every pointer is 16-byte aligned."""
-    item = resolve_dtype(TORCH_NAMES.get(dtype, dtype)).itemsize
+    item = resolve_dtype(dtype).itemsize
     widths = [s * item for s in sizes]
     pitch, offsets = sum(widths), [sum(widths[:k]) for k in range(len(widths))]
     return min(access_width(0, pitch, off, w, 0) for off, w in zip(offsets, widths))

@@ -8,7 +8,7 @@
 for granules 1-16, 2-32 chunks, unroll 1-8, blocks 64-512 and three width patterns, and
 writes each one's PTX. ``check`` says whether each of NEW's kernels is, text for text,
 LANDED's where it stages without the table (granule under 16, at most NEW's
-``TABLE_FREE_CHUNKS`` chunks, all 32 where it has none) and TABLE's elsewhere: a patch
+``TABLE_FREE_CHUNKS`` chunks at its granule, all 32 where it has none) and TABLE's elsewhere: a patch
 that only moves that line runs kernels that the GPU suite and the records of the two
 trees already ran.
 """
@@ -44,19 +44,22 @@ def dump(root: Path, out: Path) -> None:
                 sources[key] = f"refused: {type(exc).__name__}"
                 continue
             sources[key] = kernel.source
+    # an int in trees up to f31005ef, by granule since
     limit = getattr(fastcat_tile, "TABLE_FREE_CHUNKS", fastcat_tile.MAX_CHUNKS)
-    out.write_text(json.dumps({"table_free_chunks": limit, "sources": sources}))
+    limits = {g: limit if isinstance(limit, int) else limit.get(g, 0) for g in (1, 2, 4, 8)}
+    out.write_text(json.dumps({"table_free_chunks": limits, "sources": sources}))
 
 
 def check(new: dict, landed: dict, table: dict) -> int:
     built = mismatched = 0
-    limit = new["table_free_chunks"]
+    limits = new["table_free_chunks"]  # JSON's keys: the granules as strings (an int: older dumps)
     landed, table = landed["sources"], table["sources"]
     for key, source in new["sources"].items():
         g, n, *_ = ast.literal_eval(key)
         if source.startswith("refused"):
             continue
         built += 1
+        limit = limits if isinstance(limits, int) else limits.get(str(g), 0)
         want = landed if g < 16 and n <= limit else table
         if source != want[key]:
             mismatched += 1

@@ -24,7 +24,6 @@ from ptxgen.dtypes import resolve_dtype
 from ptxgen.kernels import fastcat_tile
 from ptxgen.kernels import plan as planner
 from ptxgen.kernels.fastcat import GpuTraits
-from ptxgen.kernels.fastcat_tile import TABLE_FREE_CHUNKS
 from ptxgen.kernels.tile_options import wide_chunks_option
 
 # The H200 the study runs on, as the planner sees it: 132 SMs, 4.8 TB/s (32 KB tiles).
@@ -104,7 +103,7 @@ def test_assembles_at_the_planned_registers_without_spilling(assembled, name, sh
         return
     assert res.stack_bytes == res.spill_store_bytes == res.spill_load_bytes == 0, res
     assert kernel.block_size == 256 and ".minnctapersm 5" in kernel.source
-    table_back = name in ("planned", "identity") and kernel.chunks > TABLE_FREE_CHUNKS
+    table_back = name in ("planned", "identity") and not kernel.staging_without_table
     assert _count(r"\bbar\.sync\b", kernel.source) == BARRIERS[name] + table_back
 
 
@@ -163,8 +162,9 @@ def test_last_tile_variant_moves_only_the_end_barrier(assembled, shape):
 def test_table_free_is_the_planned_kernel_up_to_table_free_chunks(assembled, shape):
     """``pl_free`` is the product's kernel, PTX for PTX, up to TABLE_FREE_CHUNKS chunks;
     past them it is the product's without the table fill and its barrier."""
-    free, planned = assembled[FREE, shape][0].source, assembled["planned", shape][0].source
-    if len(shape[2]) <= TABLE_FREE_CHUNKS:
+    kernel = assembled["planned", shape][0]
+    free, planned = assembled[FREE, shape][0].source, kernel.source
+    if kernel.staging_without_table:  # at most TABLE_FREE_CHUNKS chunks at its granule
         assert free == planned
     else:
         assert _count(r"st\.shared\.v2\.s64", planned) == 1 and not _count(r"st\.shared\.v2\.s64", free)
@@ -263,3 +263,15 @@ def test_candidates_are_the_planned_copy(case, grid, name):
     got = _simulate(name, case, grid)
     assert got[1:] == planned[1:]
     assert b"\xa5" * 16 not in got[3]  # the poison gone: every row vector written
+
+
+def test_scanned_locate_tests_every_offset():
+    """``pl_scan`` finds a row vector's chunk by testing each chunk's offset from the
+    parameters, at any chunk count: no search over the table (patches/row-gather-search.patch
+    searches from twelve chunks), one offset read a chunk a vector, in the gather and its
+    edge bytes."""
+    made = tile_variants.stand_in(tile_variants.SCANNED_LOCATE)
+    kernel = made(direction="forward", chunks=32, granule=1, whole_rows=True, unroll=1, block=64,
+                  loader="cp.async", wide_chunks=True, row_gather=True, target="sm_90")  # fmt: skip
+    assert "%rg_try" not in kernel.source
+    assert len(re.findall(r"ld\.param\.u32\s+%rg_bound", kernel.source)) == 31 * 2

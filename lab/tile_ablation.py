@@ -62,6 +62,12 @@ WITH_TABLE = "pl_table"
 # tree b627b501's row gather, PTX for PTX, which the product keeps to TABLE_FREE_CHUNKS
 # chunks; ``--pieces 6-32 --variants planned,pl_free`` times the table past that against it.
 TABLE_FREE = "pl_free"
+# The planned kernel with the row gather's chunk found by testing every offset in turn at
+# any chunk count (trees up to f31005ef), where patches/row-gather-search.patch searches
+# the table's offsets from SEARCHED_LOCATE_CHUNKS chunks; with the patch applied,
+# ``--pieces 6-32 --variants planned,pl_scan`` times the search against it (without it
+# the two are one kernel).
+SCANNED_LOCATE = "pl_scan"
 
 
 def ablation_tile(removed: frozenset[str], identity: Any) -> Any:
@@ -174,6 +180,17 @@ def table_free_tile() -> Any:
             return self.row_gather and self.granule < 16
 
     return TableFreeTile
+
+
+def scanned_locate_tile() -> Any:
+    """``FastcatTile`` whose row gather finds a row vector's chunk by testing every
+    chunk's offset in turn at any chunk count (``SCANNED_LOCATE``)."""
+    from ptxgen.kernels.fastcat_tile import MAX_CHUNKS, FastcatTile
+
+    class ScannedLocateTile(FastcatTile):
+        searched_locate_chunks = MAX_CHUNKS + 1
+
+    return ScannedLocateTile
 
 
 def no_table() -> Any:

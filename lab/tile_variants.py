@@ -33,11 +33,13 @@ from tile_ablation import (  # noqa: E402
     ABLATIONS,
     LAST_TILE_NO_END_BAR,
     NO_TABLE,
+    SCANNED_LOCATE,
     TABLE_FREE,
     WITH_TABLE,
     ablation_tile,
     last_tile_no_end_bar,
     no_table,
+    scanned_locate_tile,
     table_free_tile,
     with_table_tile,
 )
@@ -376,7 +378,9 @@ def identity_tile(base: Any = None) -> Any:
 
 
 # the structure taken apart (tile_ablation.py)
-STRUCTURE_APART = [*ABLATIONS, LAST_TILE_NO_END_BAR, NO_TABLE, WITH_TABLE, ID_TABLE, TABLE_FREE]
+STRUCTURE_APART = [
+    *ABLATIONS, LAST_TILE_NO_END_BAR, NO_TABLE, WITH_TABLE, ID_TABLE, TABLE_FREE, SCANNED_LOCATE,
+]  # fmt: skip
 FORWARD_ONLY += [(name, {}, None) for name in STRUCTURE_APART]
 
 
@@ -419,6 +423,8 @@ def stand_in(name: str, base: Any = None) -> Any:
         return with_table_tile()
     if name == TABLE_FREE:
         return table_free_tile()
+    if name == SCANNED_LOCATE:
+        return scanned_locate_tile()
     if name == ID_TABLE:
         return identity_tile(with_table_tile())
     if name == LAST_TILE_NO_END_BAR:

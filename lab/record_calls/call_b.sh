@@ -76,15 +76,17 @@ study() {
 # the row gather's staging without the table at every chunk count (pl_free, tree
 # b627b501's kernels) against the product, which keeps the table past TABLE_FREE_CHUNKS
 # (5), on concats of 6-32 pieces, where the per-chunk cost grows (lab/chunk_cost.py);
-# MANY_PIECES=1 runs it (two sweeps of 32 shapes)
+# MANY_PIECES=1 runs it (two sweeps of 32 shapes; MP_RUNS="SEED:LO-HI ..." picks others,
+# MP_VARIANTS="planned,pl_scan" other variants, MP_OPS="split,concat" both ops)
 if [ "${MANY_PIECES:-0}" = 1 ]; then
-    for s in 20261307 20261308; do
-        (cd lab && timeout 150 python3 tile_variants.py --sweep 32 --seed "$s" --pieces 6-32 --ops concat \
-            --variants planned,pl_free -o "/tmp/logs/many-pieces-$s.json" > "/tmp/logs/many-pieces-$s.log" 2>&1)
-        echo "many-pieces $s rc $?"; grep -E "^[a-z0-9_]+ concat( [a-z0-9]+)?:" "/tmp/logs/many-pieces-$s.log"
+    for run in ${MP_RUNS:-20261307:6-32 20261308:6-32}; do
+        s=${run%%:*}
+        (cd lab && timeout 150 python3 tile_variants.py --sweep 32 --seed "$s" --pieces "${run#*:}" --ops "${MP_OPS:-concat}" \
+            --variants "${MP_VARIANTS:-planned,pl_free}" -o "/tmp/logs/many-pieces-$s.json" > "/tmp/logs/many-pieces-$s.log" 2>&1)
+        echo "many-pieces $s rc $?"; grep -E "^[a-z0-9_]+ (split|concat)( [a-z0-9]+)?:" "/tmp/logs/many-pieces-$s.log"
     done
-    # by granule and piece count: pl_free's speed over planned's (above 1: no table is faster)
-    python3 lab/pair_by_pieces.py --variants planned,pl_free /tmp/logs/many-pieces-*.json \
+    # by granule and piece count: the second variant's speed over the first's (above 1: faster)
+    python3 lab/pair_by_pieces.py --variants "${MP_VARIANTS:-planned,pl_free}" /tmp/logs/many-pieces-*.json \
         | tee /tmp/logs/many-pieces-table.txt
 fi
 pack

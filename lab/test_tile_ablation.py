@@ -267,7 +267,7 @@ def test_candidates_are_the_planned_copy(case, grid, name):
 
 def test_scanned_locate_tests_every_offset():
     """``pl_scan`` finds a row vector's chunk by testing each chunk's offset from the
-    parameters, at any chunk count: no search over the table (patches/row-gather-search.patch
+    parameters, at any chunk count: no search over the table (tree b30c2c32 on
     searches from twelve chunks), one offset read a chunk a vector, in the gather and its
     edge bytes."""
     made = tile_variants.stand_in(tile_variants.SCANNED_LOCATE)

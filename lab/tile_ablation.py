@@ -63,10 +63,9 @@ WITH_TABLE = "pl_table"
 # chunks; ``--pieces 6-32 --variants planned,pl_free`` times the table past that against it.
 TABLE_FREE = "pl_free"
 # The planned kernel with the row gather's chunk found by testing every offset in turn at
-# any chunk count (trees up to f31005ef), where patches/row-gather-search.patch searches
-# the table's offsets from SEARCHED_LOCATE_CHUNKS chunks; with the patch applied,
-# ``--pieces 6-32 --variants planned,pl_scan`` times the search against it (without it
-# the two are one kernel).
+# any chunk count (trees up to f31005ef), where the product (tree b30c2c32 on) searches the
+# table's offsets from SEARCHED_LOCATE_CHUNKS chunks; ``--pieces 6-32 --variants
+# planned,pl_scan`` times the search against it.
 SCANNED_LOCATE = "pl_scan"
 
 

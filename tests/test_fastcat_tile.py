@@ -27,7 +27,7 @@ from ptxgen import toolchain
 from ptxgen.footprint import FootprintError
 from ptxgen.kernels import FastcatTile
 from ptxgen.kernels.fastcat import access_width
-from ptxgen.kernels.fastcat_tile import TABLE_FREE_CHUNKS
+from ptxgen.kernels.fastcat_tile import MAX_CHUNKS, SEARCHED_LOCATE_CHUNKS, TABLE_FREE_CHUNKS
 
 TARGETS = ("sm_75", "sm_80", "sm_90")
 
@@ -459,7 +459,52 @@ def test_row_gather_stages_without_the_table_below_16_byte_granules(granule):
     gather = loop.index("ld.shared.v4.u32")
     assert len(bases) == kw["chunks"] and max(bases) < loop.rindex("bar.sync", 0, gather)
     assert not FastcatTile(**{**kw, "row_gather": False, "unroll": 4}).staging_without_table
-    # past TABLE_FREE_CHUNKS the table is back: each chunk's range costs every thread
-    many = FastcatTile(**{**kw, "chunks": TABLE_FREE_CHUNKS + 1})
-    assert not many.staging_without_table
-    assert FastcatTile(**{**kw, "chunks": TABLE_FREE_CHUNKS}).staging_without_table == without
+    # past TABLE_FREE_CHUNKS (by granule) the table is back: each chunk's range costs every thread
+    limit = TABLE_FREE_CHUNKS.get(granule, 0)
+    assert without == (limit > 0)
+    if without:
+        assert not FastcatTile(**{**kw, "chunks": limit + 1}).staging_without_table
+        assert FastcatTile(**{**kw, "chunks": limit}).staging_without_table
+
+
+def _many_chunk_cases(seed: int) -> list[tuple]:
+    """Whole rows of 12-32 chunks at granules 1-8, some narrower than a vector and some
+    rows wider than the interpreter's 1 KB tiles (chunks absent from a tile)."""
+    rng = random.Random(seed)
+    cases = []
+    for n, g, top in ((12, 1, 40), (13, 2, 30), (17, 4, 24), (32, 1, 100), (24, 8, 16), (32, 2, 9)):
+        widths = tuple(g * rng.randint(1, top) for _ in range(n))
+        mods = tuple(g * rng.randrange(16 // g) for _ in range(n))
+        cases.append((rng.randint(3, 9), widths, (0, n - 1), g * rng.randrange(16 // g), mods))
+    return cases
+
+
+@pytest.mark.parametrize("case", _many_chunk_cases(20261208), ids=lambda c: f"k{len(c[1])}")
+def test_row_gather_searches_for_the_chunk_past_many_chunks(case):
+    """From SEARCHED_LOCATE_CHUNKS chunks the row gather finds a row vector's chunk by a
+    binary search over the table's offsets (ceil(log2 chunks) shared loads) instead of
+    testing every offset: exact on the interpreter, nothing outside the arrays touched."""
+    widths = case[1]
+    flags = tuple(w >= 16 for w in widths)
+    wide = flags[0] if len(set(flags)) == 1 else flags
+    kernel = FastcatTile(direction="forward", chunks=len(widths), granule=1, whole_rows=True, unroll=1, block=64,
+                         loader="cp.async", wide_chunks=wide, row_gather=True, target="sm_90")  # fmt: skip
+    assert kernel.searched_locate and not kernel.staging_without_table
+    steps = (len(widths) - 1).bit_length()
+    searches = re.findall(r"ld\.shared\.u32\s+%rg_bound, \[%rg_ent\+60\]", kernel.source)
+    assert len(searches) == steps * (1 + 1)  # the gather and its edge bytes: one load a step
+    test_footprint_is_exact_and_nothing_outside_is_touched(case, "forward", "cp.async", False, wide, True)
+
+
+def test_searched_locate_only_with_the_table():
+    kw = dict(direction="forward", granule=4, whole_rows=True, unroll=8, block=256, loader="cp.async",
+              wide_chunks=True, row_gather=True, target="sm_90")  # fmt: skip
+    assert not FastcatTile(**kw, chunks=SEARCHED_LOCATE_CHUNKS - 1).searched_locate
+    assert FastcatTile(**kw, chunks=SEARCHED_LOCATE_CHUNKS).searched_locate
+    assert not FastcatTile(**{**kw, "row_gather": False, "unroll": 4}, chunks=MAX_CHUNKS).searched_locate
+
+    class TableFree(FastcatTile):  # a study's subclass: no table at any chunk count
+        table_free_chunks = dict.fromkeys((1, 2, 4, 8), MAX_CHUNKS)
+
+    free = TableFree(**kw, chunks=MAX_CHUNKS)
+    assert free.staging_without_table and not free.searched_locate

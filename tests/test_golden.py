@@ -108,6 +108,10 @@ FASTCAT_CASES = [
         ptxgen.kernels.FastcatTile,
         dict(_ROW_GATHER, chunks=3, granule=1, wide_chunks=(True, False, True)),
     ),
+    (  # ... of twelve chunks: the table filled by warp 0, and a vector's chunk found by a binary search
+        ptxgen.kernels.FastcatTile,
+        dict(_ROW_GATHER, chunks=12, granule=8, wide_chunks=True),
+    ),
     # the strided copy: 2-byte elements over 3 dims, and 16-byte ones with 64-bit strides
     (ptxgen.kernels.StridedCopy, dict(width=2, rank=3, target="sm_90")),
     # ... and three pieces in one launch, a grid row each

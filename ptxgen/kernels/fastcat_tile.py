@@ -30,7 +30,8 @@ straight out of the staging area (mixins of :class:`FastcatTile`), and
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
-from typing import Any
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 from ..args import Pointer, Scalar
 from ..footprint import Footprint, FootprintError, check_launch_block
@@ -56,17 +57,27 @@ from .tile_options import (
 from .tile_row_gather import ROW_GATHER_PAD, TileRowGather
 from .tile_rows import TileRows
 
-__all__ = ["LOADERS", "MAX_CHUNKS", "TABLE_FREE_CHUNKS", "FastcatTile", "wide_chunks_option"]
+__all__ = [
+    "LOADERS", "MAX_CHUNKS", "SEARCHED_LOCATE_CHUNKS", "TABLE_FREE_CHUNKS",
+    "FastcatTile", "wide_chunks_option",
+]  # fmt: skip
 
 # Chunks per launch: each costs 16 bytes of parameters and one unrolled copy of the
 # per-chunk code; 32 keeps the kernel under ~4K SASS instructions.
 MAX_CHUNKS = 32
 # The most chunks whose ranges the row gather's staging works out in every thread rather
-# than reading them from the table (staging_without_table): each chunk costs a thread about
-# 30 more instructions a tile (lab/chunk_cost.py), which the first wave's saved wait pays
-# for only up to here. Measured on an H100 (lab/data/ab-no-table-h100-20261207/): 1-byte
-# concats of six pieces 1.2% slower without the table, of two to five faster.
-TABLE_FREE_CHUNKS = 5
+# than reading them from the table (staging_without_table), by granule; at 16 bytes it
+# always reads the table. Each chunk costs a thread about 30 more instructions a tile
+# (lab/chunk_cost.py), which the first wave's saved wait pays for only up to here.
+# Measured on an H100 (lab/data/many-pieces-h100-20261207/, and ab-no-table-h100-20261207/
+# for two to six pieces), without the table against with it: six pieces 0.989x at a 1-byte
+# granule, 0.995x at 2, 1.008x at 4 and 1.004-1.006x at 8; seven pieces 0.960x, 0.960x,
+# 0.994x and 0.987x; two to five faster at every granule.
+TABLE_FREE_CHUNKS = MappingProxyType({1: 5, 2: 5, 4: 6, 8: 6})
+# The fewest chunks for which the row gather finds a row vector's chunk by a binary search
+# over the table's offsets rather than by testing every chunk's offset in turn (two
+# instructions a chunk, a vector): five steps of six at 32 chunks, against 62.
+SEARCHED_LOCATE_CHUNKS = 12
 LOADERS = ("regs", "cp.async", "bulk")
 _U64, _U32 = Scalar("u64"), Scalar("u32")
 _BYTES_IN, _BYTES_OUT = Pointer("u8", writes=False), Pointer("u8")
@@ -124,6 +135,9 @@ class FastcatTile(TileRows, TileRowGather, KernelBase):
     """
 
     name = "fastcat_tile"  # overwritten per instance with the direction
+    # the limits above, as class attributes that a study's subclass may move
+    table_free_chunks: ClassVar[Mapping[int, int]] = TABLE_FREE_CHUNKS
+    searched_locate_chunks: ClassVar[int] = SEARCHED_LOCATE_CHUNKS
 
     @classmethod
     def cache_key(
@@ -229,11 +243,19 @@ class FastcatTile(TileRows, TileRowGather, KernelBase):
     def staging_without_table(self) -> bool:
         """Whether the row gather's staging works out each chunk's range in every thread
         (:meth:`TileRowGather._stage_for_rows`) instead of waiting for warp 0's table: at
-        granules under 16 bytes and up to :data:`TABLE_FREE_CHUNKS` chunks. At 16 the
-        gather's whole-vector windows leave no room for it at 48 registers (4-36 bytes
-        spilled, against none with the table); past that many chunks every thread's share
-        of the ranges costs more than the table's barrier."""
-        return self.row_gather and self.granule < 16 and self.chunks <= TABLE_FREE_CHUNKS
+        granules under 16 bytes and up to :data:`TABLE_FREE_CHUNKS` chunks (by granule).
+        At 16 the gather's whole-vector windows leave no room for it at 48 registers (4-36
+        bytes spilled, against none with the table); past that many chunks every thread's
+        share of the ranges costs more than the table's barrier."""
+        return self.row_gather and self.chunks <= self.table_free_chunks.get(self.granule, 0)
+
+    @property
+    def searched_locate(self) -> bool:
+        """Whether the row gather finds a row vector's chunk by a binary search over the
+        table's offsets (:meth:`TileRowGather._locate`): from
+        :data:`SEARCHED_LOCATE_CHUNKS` chunks on, where the table is filled."""
+        wanted = self.row_gather and self.chunks >= self.searched_locate_chunks
+        return wanted and not self.staging_without_table
 
     @property
     def _fwd_async(self) -> bool:
@@ -376,10 +398,10 @@ class FastcatTile(TileRows, TileRowGather, KernelBase):
         e.reg(
             "u64", "row_ptr", "row_bytes", "rows", "head", "tiles_abs", "tmp64", "pitch64", "q0", "tile_abs"
         )
-        step = () if self.staging_without_table else ("dR",)  # the grid step: _advance
-        e.reg("s64", "R", "R1", *step, "tR", "row_bytes_s")
-        step = () if self.staging_without_table else ("dC",)
-        e.reg("u32", "pitch", "C", "C1", *step, "tC", "thread", "tile", "grid", "n_tiles", "smem", "tmp32")
+        # the grid step (dR, dC), which _advance adds; the table-free staging works each tile out again
+        dR, dC = ((), ()) if self.staging_without_table else (("dR",), ("dC",))
+        e.reg("s64", "R", "R1", *dR, "tR", "row_bytes_s")
+        e.reg("u32", "pitch", "C", "C1", *dC, "tC", "thread", "tile", "grid", "n_tiles", "smem", "tmp32")
         e.reg("pred", "pr", "carry")
         e.note("the row side, and this CTA's first tile")
         self._param("row_ptr", "row_ptr")
@@ -518,8 +540,6 @@ class FastcatTile(TileRows, TileRowGather, KernelBase):
         """(R, C) of this CTA's tile: where its first byte lies in the array, as a row and
         a column in [0, pitch) (R < 0 where the tile starts before the array, in tile 0)."""
         e, T = self.e, self.tile_bytes
-        if self.staging_without_table:  # from what the loop keeps: nothing more held
-            e("cvt.u64.u32", "pitch64", "pitch")
         e("mul.wide.u32", "tmp64", "tile", T)
         e.divmod_u64("R", "rem64", "tmp64", "pitch64", "pitch_rcp")
         e("cvt.u32.u64", "C", "rem64")
@@ -544,6 +564,7 @@ class FastcatTile(TileRows, TileRowGather, KernelBase):
             top = e.label("NEXT_TILE")
             e("setp.ge.u32", "pr", "tile", "n_tiles")
             e.bra(top, guard="pr", uniform=True, why="no next tile: the loop's test exits")
+            e("cvt.u64.u32", "pitch64", "pitch", why="from what the loop keeps: nothing more held")
             self._tile_start()
             e.place(top)
             return

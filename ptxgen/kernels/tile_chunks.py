@@ -13,9 +13,10 @@ from collections.abc import Callable
 from ..ptxtypes import Addr, Label
 from .tile_emitter import _Emitter
 
-__all__ = ["_TABLE_ENTRY", "TileChunks"]
+__all__ = ["_OFFSET_AT", "_TABLE_ENTRY", "TileChunks"]
 
 _TABLE_ENTRY = 80  # bytes of the shared chunk table per chunk (FastcatTile._fill_chunk_table)
+_OFFSET_AT = 60  # where an entry holds the chunk's offset (the edge pass, the row gather's search)
 
 
 class TileChunks:
@@ -65,7 +66,7 @@ class TileChunks:
         e("st.shared.u64", e.at("c_entry", 40), "c_ptr")
         e("st.shared.v2.u32", e.at("c_entry", 48), ["c_nvec", "c_jump"])
         e("st.shared.f32", e.at("c_entry", 56), "c_rcp")
-        e("st.shared.u32", e.at("c_entry", 60), "c_off", why="for the edge pass")
+        e("st.shared.u32", e.at("c_entry", _OFFSET_AT), "c_off", why="for the edge pass")
         e.place(done)
 
     def _chunk_regs(self) -> None:

@@ -15,7 +15,7 @@ a narrower chunk a vector may span more, and each reads a window a piece, in a l
 
 from __future__ import annotations
 
-from .tile_chunks import _TABLE_ENTRY
+from .tile_chunks import _OFFSET_AT, _TABLE_ENTRY
 from .tile_emitter import _ACCESS
 from .tile_gather_scatter import TileGatherScatter
 
@@ -35,13 +35,15 @@ class TileRowGather(TileGatherScatter):
     :class:`~ptxgen.kernels.tile_gather_scatter.TileGatherScatter`).
 
     Uses only what ``FastcatTile`` sets besides what its bases use: the attributes
-    ``tile_bytes``, ``unroll`` and ``staging_without_table``, the register ``staging``
+    ``tile_bytes``, ``unroll``, ``staging_without_table`` and ``searched_locate``, the
+    register ``staging``
     (the first staged byte, past the padding), :meth:`_next_row_state` (the tile's end,
     ``R1`` and ``C1``), and :meth:`_row_vector` and :meth:`_straddles` of the row side.
     """
 
     tile_bytes: int
     staging_without_table: bool
+    searched_locate: bool
 
     def _stage_for_rows(self) -> None:
         """Every chunk vector of this tile into the staging area, chunk after chunk, each
@@ -121,23 +123,52 @@ class TileRowGather(TileGatherScatter):
         e.reg("u32", "rg_pad", "rg_bound")
         e.divmod_u32("rg_row", "rg_col", pos, "pitch", "pitch_rcp")
         e("mov.u32", "rg_chunk", 0)
-        for k in range(1, self.chunks):
-            self._param("rg_bound", f"chunk{k}_off")
-            e("setp.ge.u32", "pr", "rg_col", "rg_bound")
-            e(
-                "add.u32",
-                "rg_chunk",
-                "rg_chunk",
-                1,
-                guard="pr",
-                why="the chunks before the column" if k == 1 else "",
-            )
+        if self.searched_locate:
+            self._search_chunk()
+        else:
+            self._scan_chunks()
         e("mad.lo.u32", "rg_ent", "rg_chunk", _TABLE_ENTRY, "ctab")
         e("ld.shared.v4.u32", ["rg_cbase", "rg_off", "rg_w", "rg_pad"], e.at("rg_ent", _BASE_AT))
         e("mad.lo.u32", where, "rg_row", "rg_w", "rg_cbase")
         e("add.u32", where, where, "rg_col")
         e("sub.u32", where, where, "rg_off", why="staged: base + row * width + column - offset")
         e("add.u32", "rg_end", "rg_off", "rg_w")
+
+    def _scan_chunks(self) -> None:
+        """%rg_chunk = the chunks whose offsets are at most %rg_col, less one: each
+        offset tested in turn, straight from the parameters (no shared load)."""
+        e = self.e
+        for k in range(1, self.chunks):
+            self._param("rg_bound", f"chunk{k}_off")
+            e("setp.ge.u32", "pr", "rg_col", "rg_bound")
+            why = "the chunks before the column" if k == 1 else ""
+            e("add.u32", "rg_chunk", "rg_chunk", 1, guard="pr", why=why)
+
+    def _search_chunk(self) -> None:
+        """%rg_chunk = the last chunk whose offset is at most %rg_col, by a binary search
+        over the offsets warp 0 wrote into the table (:meth:`_fill_chunk_table`): a step of
+        half the chunks, then a quarter, ..., each a shared load. A step past the last
+        chunk tries the last instead: where it is taken, the last chunk is the answer, and
+        later steps stay there. Testing every offset in turn costs two SASS instructions a
+        chunk a vector (62 at 32 chunks); this is five a step (25), six where a step can
+        pass the last chunk."""
+        e, K = self.e, self.chunks
+        e.reg("u32", "rg_try")
+        e.reg("pred", "rg_on")
+        e.note("which chunk: a binary search over the table's offsets")
+        step = 1 << (K - 1).bit_length() - 1  # the largest power of two below K
+        reach = 0  # the most %rg_chunk can be so far
+        why = f"a step of {step} chunks, then half as many"
+        while step:
+            e("add.u32", "rg_try", "rg_chunk", step, why=why)
+            if reach + step > K - 1:  # where it can pass the last chunk
+                e("min.u32", "rg_try", "rg_try", K - 1)
+            e("mad.lo.u32", "rg_ent", "rg_try", _TABLE_ENTRY, "ctab")
+            e("ld.shared.u32", "rg_bound", e.at("rg_ent", _OFFSET_AT), why="its offset" if why else "")
+            e("setp.ge.u32", "rg_on", "rg_col", "rg_bound")
+            there = "at or past it: there or later" if why else ""
+            e("selp.u32", "rg_chunk", "rg_try", "rg_chunk", "rg_on", why=there)
+            reach, step, why = min(reach + step, K - 1), step // 2, ""
 
     def _gather_rows(self) -> None:
         """Each row-side vector of this tile from the staging area, stored whole; those

@@ -181,15 +181,19 @@ def table_free_tile() -> Any:
     return TableFreeTile
 
 
+def never_from(limit: str) -> Any:
+    """``FastcatTile`` with the class attribute ``limit`` (the fewest chunks from which a
+    form of the kernel is written, e.g. ``searched_locate_chunks``) past ``MAX_CHUNKS``:
+    the form it gates is written at no chunk count."""
+    from ptxgen.kernels.fastcat_tile import MAX_CHUNKS, FastcatTile
+
+    return type(f"Never_{limit}", (FastcatTile,), {limit: MAX_CHUNKS + 1})
+
+
 def scanned_locate_tile() -> Any:
     """``FastcatTile`` whose row gather finds a row vector's chunk by testing every
     chunk's offset in turn at any chunk count (``SCANNED_LOCATE``)."""
-    from ptxgen.kernels.fastcat_tile import MAX_CHUNKS, FastcatTile
-
-    class ScannedLocateTile(FastcatTile):
-        searched_locate_chunks = MAX_CHUNKS + 1
-
-    return ScannedLocateTile
+    return never_from("searched_locate_chunks")
 
 
 def no_table() -> Any:

@@ -275,3 +275,19 @@ def test_scanned_locate_tests_every_offset():
                   loader="cp.async", wide_chunks=True, row_gather=True, target="sm_90")  # fmt: skip
     assert "%rg_try" not in kernel.source
     assert len(re.findall(r"ld\.param\.u32\s+%rg_bound", kernel.source)) == 31 * 2
+
+
+# Past SEARCHED_LOCATE_CHUNKS (12) pieces: granule 1, narrow and wide, rows wider than a tile.
+PAST_SEARCH = (5, (300, 17, 250, 3, 1, 400, 9, 33, 2, 60, 7, 90, 11), 3, tuple(range(13)))
+
+
+def test_no_table_scans_the_offsets_past_the_search_limit():
+    """``pl_no_table`` leaves the table out, so its row gather tests every offset from the
+    parameters at any chunk count: the search reads the table's offsets, which past twelve
+    pieces it read unwritten. It copies as the planned kernel does there."""
+    made = tile_variants.stand_in(tile_variants.NO_TABLE)
+    kernel = made(direction="forward", chunks=13, granule=1, whole_rows=True, unroll=1, block=64,
+                  loader="cp.async", wide_chunks=False, row_gather=True, target="sm_90")  # fmt: skip
+    assert "%rg_try" not in kernel.source
+    planned = _simulate("planned", PAST_SEARCH, None)
+    assert _simulate(tile_variants.NO_TABLE, PAST_SEARCH, None)[1:] == planned[1:]

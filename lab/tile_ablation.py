@@ -75,6 +75,7 @@ def ablation_tile(removed: frozenset[str], identity: Any) -> Any:
     ``end_bar`` (C), ``staging`` (the cp.async staging, with B, and the read-back: the row
     side read in place). The row gather's tile only; any other refuses (``run_case``
     records the refusal)."""
+    from ptxgen.kernels.fastcat_tile import MAX_CHUNKS
     from ptxgen.kernels.tile_emitter import _Emitter
 
     class Skipping(_Emitter):
@@ -92,6 +93,9 @@ def ablation_tile(removed: frozenset[str], identity: Any) -> Any:
             super().__call__(opcode, *ops, **kwargs)
 
     class AblationTile(identity):
+        if "table" in removed:  # the search reads the table's offsets: scan the parameters
+            searched_locate_chunks = MAX_CHUNKS + 1
+
         # FastcatTile._emit sets a fresh emitter; this class writes through a Skipping one.
         @property
         def e(self) -> Any:

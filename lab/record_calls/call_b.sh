@@ -77,7 +77,9 @@ study() {
 # b627b501's kernels) against the product, which keeps the table past TABLE_FREE_CHUNKS
 # (5), on concats of 6-32 pieces, where the per-chunk cost grows (lab/chunk_cost.py);
 # MANY_PIECES=1 runs it (two sweeps of 32 shapes; MP_RUNS="SEED:LO-HI ..." picks others,
-# MP_VARIANTS="planned,pl_scan" other variants, MP_OPS="split,concat" both ops)
+# MP_VARIANTS="planned,pl_scan" other variants, MP_OPS="split,concat" both ops; with
+# patches/sequenced-gather.patch applied, MP_OPS=split MP_VARIANTS=planned,pl_chunked_gather
+# times the split's sequenced gather against its loop a chunk)
 if [ "${MANY_PIECES:-0}" = 1 ]; then
     for run in ${MP_RUNS:-20261307:6-32 20261308:6-32}; do
         s=${run%%:*}
